@@ -1,0 +1,23 @@
+"""seqlab: an interactive workbench for linear-time sequence models.
+
+Layers of the package, in the one direction imports flow:
+``ops`` (tensor functions, each equation in all its modes; Triton kernels in ``kernels``)
+-> ``layers`` (nn.Modules) -> ``models`` (whole models, ``build(name, ...)``).
+``tasks`` makes data, ``train`` fits models, ``viz`` and ``inspect`` read models and ops.
+"""
+from seqlab import config, ops  # noqa: F401
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # Heavier sub-packages load on first use, so `import seqlab` stays quick.
+    import importlib
+
+    if name in {"layers", "models", "tasks", "train", "viz", "inspect", "kernels", "experiments"}:
+        return importlib.import_module(f"seqlab.{name}")
+    if name == "generate":
+        from seqlab.generate import generate
+
+        return generate
+    raise AttributeError(f"module 'seqlab' has no attribute {name!r}")

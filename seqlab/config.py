@@ -1,0 +1,89 @@
+"""Device, dtype, profile and seeding: the few global choices a lesson makes.
+
+`SEQLAB_PROFILE` picks how big the live training runs are:
+
+- ``quick``: CPU-sized, every lesson runs in under 3 minutes on 2 cores;
+- ``full``:  the papers' sizes, meant for a GPU.
+
+The default is ``full`` when CUDA is available and ``quick`` otherwise.
+"""
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import torch
+
+PROFILES = ("quick", "full")
+
+
+def cuda_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def device(name: str | torch.device = "auto") -> torch.device:
+    """``"auto"`` is CUDA when present, else CPU; anything else is passed to ``torch.device``."""
+    if isinstance(name, torch.device):
+        return name
+    if name == "auto":
+        return torch.device("cuda" if cuda_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError as err:
+        raise ValueError(f"device: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {name!r}") from err
+    if dev.type == "cuda" and not cuda_available():
+        raise ValueError(f"device: {name!r} was asked for but CUDA is not available on this machine; use 'auto' or 'cpu'")
+    return dev
+
+
+def dtype(name: str | torch.dtype = "auto", device_: str | torch.device = "auto") -> torch.dtype:
+    """Training dtype: ``"auto"`` is bfloat16 on a CUDA device that supports it, else float32."""
+    if isinstance(name, torch.dtype):
+        return name
+    if name == "auto":
+        dev = device(device_)
+        if dev.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    table = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if name not in table:
+        raise ValueError(f"dtype: expected 'auto' or one of {sorted(table)}, got {name!r}")
+    return table[name]
+
+
+def profile() -> str:
+    """The active profile: ``$SEQLAB_PROFILE`` if set, else ``full`` with CUDA and ``quick`` without."""
+    value = os.environ.get("SEQLAB_PROFILE", "").strip().lower()
+    if not value:
+        return "full" if cuda_available() else "quick"
+    if value not in PROFILES:
+        raise ValueError(f"SEQLAB_PROFILE: expected one of {PROFILES}, got {value!r}")
+    return value
+
+
+def pick(quick, full):
+    """Return ``quick`` or ``full`` according to the active profile (for sizes in lessons)."""
+    return full if profile() == "full" else quick
+
+
+def seed_everything(seed: int = 0) -> torch.Generator:
+    """Seed Python, NumPy and torch (CPU and CUDA) and make CPU runs reproducible.
+
+    Returns a ``torch.Generator`` seeded the same way, for code that wants its own stream.
+    """
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed: expected a non-negative int, got {seed!r}")
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    if cuda_available():
+        torch.cuda.manual_seed_all(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def triton_status() -> str:
+    """One line on how Triton modes run here: on a GPU, in the CPU interpreter, or not at all."""
+    from seqlab import kernels
+
+    return kernels.status()

@@ -1,0 +1,52 @@
+"""Triton kernels and their autograd wrappers. Reached only through ``ops.<op>(..., mode="triton")``.
+
+Triton ships for Linux only. Without it every other mode works and ``mode="triton"`` raises
+:class:`TritonUnavailable` saying why. Without CUDA, the kernels run in Triton's CPU interpreter:
+``TRITON_INTERPRET=1`` is set here, before any ``@triton.jit`` runs (slow: ~20 ms a launch,
+meant for checking small shapes, not for speed).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import torch
+
+HAVE_TRITON = importlib.util.find_spec("triton") is not None
+
+if HAVE_TRITON and not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+class TritonUnavailable(RuntimeError):
+    """``mode="triton"`` was asked for on a machine that cannot run Triton."""
+
+
+def interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def status() -> str:
+    if not HAVE_TRITON:
+        return f"Triton not installed ({sys.platform}): Triton modes need Linux (and a GPU for speed)"
+    if torch.cuda.is_available() and not interpreted():
+        return f"Triton on GPU ({torch.cuda.get_device_name()})"
+    return "Triton in the CPU interpreter (TRITON_INTERPRET=1): exact but slow, for small shapes"
+
+
+def require_triton(op: str, *tensors: torch.Tensor) -> None:
+    """Raise a clear error if ``op``'s Triton mode cannot run on these tensors here."""
+    if not HAVE_TRITON:
+        raise TritonUnavailable(
+            f"{op}(mode='triton') needs Triton, which ships only for Linux (and a CUDA GPU for speed); "
+            f"this is {sys.platform}. Every other mode works here: use mode='auto'."
+        )
+    devices = {t.device.type for t in tensors}
+    if "cuda" in devices and interpreted():
+        raise TritonUnavailable(f"{op}(mode='triton'): TRITON_INTERPRET=1 is set but the tensors are on CUDA; unset it")
+    if "cpu" in devices and not interpreted():
+        raise TritonUnavailable(
+            f"{op}(mode='triton'): CPU tensors need Triton's interpreter; set TRITON_INTERPRET=1 before importing seqlab, "
+            "or move the tensors to a CUDA device"
+        )

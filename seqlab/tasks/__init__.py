@@ -1,0 +1,19 @@
+"""Data: synthetic generators and real data sets as HuggingFace ``datasets``, offline, cached under ``data/``.
+
+``seqlab.tasks.<name>(...)`` returns a :class:`Task`; every argument has a quick-profile default.
+"""
+from seqlab.tasks.base import IGNORE, Task  # noqa: F401
+from seqlab.tasks.copying import copying  # noqa: F401
+from seqlab.tasks.digits import digits  # noqa: F401
+from seqlab.tasks.listops import listops  # noqa: F401
+from seqlab.tasks.text import text  # noqa: F401
+from seqlab.tasks.memory_horizon import memory_horizon  # noqa: F401
+
+NAMES = ("copying", "digits", "listops", "text", "memory_horizon")
+
+
+def get(name: str, **kwargs) -> Task:
+    """A task by name (for the command line)."""
+    if name not in NAMES:
+        raise ValueError(f"task: unknown task {name!r}; expected one of {NAMES}")
+    return globals()[name](**kwargs)

@@ -1,0 +1,77 @@
+"""The task contract every data set follows.
+
+A task holds HuggingFace ``Dataset`` splits with two columns:
+
+- ``input_ids``: ``int64[L]`` tokens (the model's input);
+- ``labels``: for a language-model task ``int64[L]``, the next token to predict at each position
+  (``IGNORE = -100`` where nothing is scored); for a classification task one ``int64`` class.
+
+``num_classes is None`` marks a language-model task. ``loss`` and ``metrics`` work on model logits
+and a batch from ``batches``; ``evaluate`` in ``seqlab.train`` aggregates them exactly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+
+IGNORE = -100
+
+
+@dataclass
+class Task:
+    name: str
+    splits: dict                     # split name -> datasets.Dataset
+    seq_len: int
+    vocab_size: int
+    num_classes: int | None = None   # None: language-model task
+    itos: list[str] | None = None    # token id -> string, for display
+    info: dict = field(default_factory=dict)
+    _tensors: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def is_language_model(self) -> bool:
+        return self.num_classes is None
+
+    def tensors(self, split: str) -> dict[str, torch.Tensor]:
+        """The whole split as tensors (cached): ``{"input_ids": (N, L), "labels": (N, L) or (N,)}``."""
+        if split not in self.splits:
+            raise ValueError(f"split: expected one of {sorted(self.splits)}, got {split!r}")
+        if split not in self._tensors:
+            ds = self.splits[split].with_format("torch")
+            self._tensors[split] = {"input_ids": ds["input_ids"][:].long(), "labels": ds["labels"][:].long()}
+        return self._tensors[split]
+
+    def size(self, split: str) -> int:
+        return self.tensors(split)["input_ids"].shape[0]
+
+    def batch_at(self, split: str, index: torch.Tensor) -> dict[str, torch.Tensor]:
+        t = self.tensors(split)
+        return {"input_ids": t["input_ids"][index], "labels": t["labels"][index]}
+
+    def batches(self, split: str, batch_size: int, *, shuffle: bool = False,
+                generator: torch.Generator | None = None) -> Iterator[dict[str, torch.Tensor]]:
+        n = self.size(split)
+        order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+        for start in range(0, n, batch_size):
+            yield self.batch_at(split, order[start:start + batch_size])
+
+    def loss(self, logits: torch.Tensor, batch: dict) -> torch.Tensor:
+        labels = batch["labels"].to(logits.device)
+        if self.is_language_model:
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE)
+        return F.cross_entropy(logits.float(), labels)
+
+    def metrics(self, logits: torch.Tensor, batch: dict) -> dict[str, tuple[float, int]]:
+        """Sums and counts, so that metrics over many batches aggregate exactly."""
+        labels = batch["labels"].to(logits.device)
+        pred = logits.argmax(-1)
+        if self.is_language_model:
+            mask = labels != IGNORE
+            correct = (pred == labels) & mask
+            seq_ok = (correct | ~mask).all(dim=-1)
+            return {"accuracy": (float(correct.sum()), int(mask.sum())),
+                    "sequence_accuracy": (float(seq_ok.sum()), int(labels.shape[0]))}
+        return {"accuracy": (float((pred == labels).sum()), int(labels.shape[0]))}
