@@ -1,2 +1,410 @@
-"""(being written)"""
-__all__ = []
+"""GateLoop (Katsch 2023, paper 004): fully data-controlled linear recurrence, in every mode.
+
+The operator (eq. 7-8, one head; ``k_n^T v_n`` is an outer product, no conjugation)::
+
+    S_n = diag(a_n) S_{n-1} + k_n^T v_n          S_n: (dk, dv), a_n, q_n, k_n: (dk,), v_n: (dv,)
+    y_n = q_n S_n                                y_n: (dv,)
+
+unrolled (eq. 9)::
+
+    y_n = q_n sum_{m<=n} diag(prod_{j=m+1..n} a_j) k_m^T v_m
+
+Shapes: ``q, k, a: (B, H, L, dk)``, ``v: (B, H, L, dv)``, ``h0: (B, H, dk, dv)``; real or complex
+(the output is complex as soon as one input is). ``|a_n|`` must lie in [0, 1] (the paper's
+(0, 1]; an exact 0 is a full reset, treated as the smallest positive float in the log-space modes).
+
+Modes, all computing the same function:
+
+- ``"recurrent"``: eq. 7-8 as a loop over time; O(L), the float64 reference of the tests.
+- ``"associative"``: eq. 12-13, the parallel prefix scan of the pairs ``(a_n, k_n^T v_n)`` under
+  ``(p1, p2) . (q1, q2) = (p1 q1, q1 p2 + q2)``, run by the scan engine ``seqlab.ops.linear_scan``;
+  it holds the full ``L x dk x dv`` stack of states (the memory bottleneck the paper mentions).
+- ``"attention"``: eq. 14-21, the surrogate attention ``Y = (Qbar Kbar^T . M) V``, computed stably:
+  the entries ``prod_{j=m+1..n} a_j`` come from *differences* of cumulative log-magnitudes and
+  phases (float64), masked to ``-inf`` above the diagonal *before* exponentiation, so nothing
+  underflows and nothing is divided by a vanishing product. O(L^2).
+- ``"attention_naive"``: eq. 16-21 literally, ``Qbar = Q . Pi(A)``, ``Kbar = K . Pi(A)^-1``. The
+  cumulative product underflows (Fig. 3): once ``|Pi|`` leaves the float range ``Kbar`` is
+  infinite and the op raises ``FloatingPointError`` (kept to show why the stable form exists).
+- ``"chunked"``: the sequence is cut into chunks of ``chunk_size``; inside a chunk the surrogate
+  attention with exact relative decays, between chunks the state ``S`` is passed on
+  (``S_out = diag(prod a) S_in + sum_m diag(decay_m) k_m^T v_m``). Working set
+  ``L x chunk x dk + (L / chunk) x dk x dv``: no ``L x dk x dv`` stack.
+- ``"triton"``: the chunked algorithm as a Triton kernel (forward and backward), see
+  ``seqlab.kernels.gateloop``.
+- ``"auto"``: ``"triton"`` on a CUDA device, ``"chunked"`` otherwise.
+
+Also :func:`gateloop_attention_matrix` (the masked surrogate attention matrix ``(B, H, L, L)``,
+eq. 21 without ``V``) and :func:`gateloop_softmax` (eq. 22-23).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from seqlab.ops._checks import check_finite, check_mode, check_same_device, check_shape, check_tensor
+
+__all__ = ["gateloop", "gateloop_softmax", "gateloop_attention_matrix", "GATELOOP_MODES"]
+
+GATELOOP_MODES = ("auto", "recurrent", "associative", "chunked", "attention", "attention_naive", "triton")
+
+# Largest number of elements of one (rows x cols x dk) decay block held at once (memory bound).
+_BLOCK_ELEMENTS = 1 << 22
+
+
+# ----------------------------------------------------------------------------- input checks
+
+
+def _work_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
+    """The dtype the op computes in: the promotion of its inputs, half precision raised to float32."""
+    dtype = None
+    for t in tensors:
+        if t is not None:
+            dtype = t.dtype if dtype is None else torch.promote_types(dtype, t.dtype)
+    if dtype in (torch.float16, torch.bfloat16):
+        dtype = torch.float32
+    if dtype == torch.complex32:
+        dtype = torch.complex64
+    return dtype
+
+
+def _check_inputs(q, k, v, a, h0=None, *, need_v=True):
+    check_tensor("q", q, ndim=4)
+    B, H, L, dk = q.shape
+    check_tensor("k", k, ndim=4)
+    check_shape("k", k, (B, H, L, dk), "like q: (B, H, L, dk)")
+    check_tensor("a", a, ndim=4)
+    check_shape("a", a, (B, H, L, dk), "like q: (B, H, L, dk)")
+    if need_v:
+        check_tensor("v", v, ndim=4)
+        check_shape("v", v, (B, H, L, None), "(B, H, L, dv) with q: (B, H, L, dk)")
+    if h0 is not None:
+        check_tensor("h0", h0, ndim=4)
+        check_shape("h0", h0, (B, H, dk, v.shape[-1]), "(B, H, dk, dv), the state S_0")
+    check_same_device(q=q, k=k, v=v, a=a, h0=h0)
+    with torch.no_grad():
+        if a.numel():
+            biggest = float(a.abs().max())
+            if not math.isfinite(biggest) or biggest > 1.0 + 1e-6:
+                raise ValueError(f"a: state transitions need magnitudes |a| in [0, 1] (eq. 25 uses a sigmoid "
+                                 f"magnitude), got max |a| = {biggest:.6g} for a of shape {tuple(a.shape)}")
+
+
+# ----------------------------------------------------------------------------- eq. 7-8: recurrent
+
+
+def _recurrent(q, k, v, a, h0):
+    """Eq. 7-8 step by step: ``S_n = diag(a_n) S_{n-1} + k_n^T v_n``, ``y_n = q_n S_n``."""
+    B, H, L, dk = q.shape
+    dv = v.shape[-1]
+    S = h0 if h0 is not None else torch.zeros(B, H, dk, dv, dtype=q.dtype, device=q.device)
+    ys = []
+    for n in range(L):
+        S = a[:, :, n, :, None] * S + k[:, :, n, :, None] * v[:, :, n, None, :]   # eq. 7   (B, H, dk, dv)
+        ys.append(torch.einsum("bhd,bhde->bhe", q[:, :, n], S))                   # eq. 8   (B, H, dv)
+    y = torch.stack(ys, dim=2) if ys else q.new_zeros(B, H, 0, dv)
+    return y, S
+
+
+# ----------------------------------------------------------------------------- eq. 12-13: associative scan
+
+
+def _associative(q, k, v, a, h0):
+    """Eq. 12-13: the prefix 'sum' of ``(a_n, k_n^T v_n)`` under the GateLoop operator.
+
+    ``(a, kv) . (a', kv') = (a a', a' kv + kv')`` is exactly the first-order linear recurrence
+    ``S_n = a_n S_{n-1} + x_n`` on the flattened ``dk * dv`` state, so the scan engine's
+    time-varying parallel scan computes it (associativity: Appendix B).
+    """
+    from seqlab.ops.scan import linear_scan
+
+    B, H, L, dk = q.shape
+    dv = v.shape[-1]
+    x = (k[..., :, None] * v[..., None, :]).reshape(B, H, L, dk * dv)        # leaves k_n^T v_n   (B, H, L, dk*dv)
+    a_full = a[..., :, None].expand(B, H, L, dk, dv).reshape(B, H, L, dk * dv)  # diag(a_n) on each row of S
+    s0 = None if h0 is None else h0.reshape(B, H, dk * dv)
+    S = linear_scan(a_full, x, s0, mode="associative").reshape(B, H, L, dk, dv)  # all states S_1..S_L
+    y = torch.einsum("bhld,bhlde->bhle", q, S)                                # eq. 8
+    final = S[:, :, -1] if L else (h0 if h0 is not None else q.new_zeros(B, H, dk, dv))
+    return y, final
+
+
+# ----------------------------------------------------------------------------- log-space relative decays
+
+
+def _log_transitions(a: torch.Tensor):
+    """``log a_n = log|a_n| + i arg(a_n)`` as float64 ``(log_magnitude, phase)``.
+
+    For real ``a`` the phase is ``pi`` where ``a_n < 0``; the sign of a product is then carried by
+    the parity of the number of negative factors (see :func:`_decay_from_logs`).
+    """
+    tiny = torch.finfo(a.real.dtype if a.is_complex() else a.dtype).tiny
+    log_mag = a.abs().double().clamp_min(tiny).log()
+    if a.is_complex():
+        phase = torch.angle(a).double()
+    else:
+        phase = (a < 0).double() * math.pi
+    return log_mag, phase
+
+
+def _decay_from_logs(d_mag: torch.Tensor, d_phase: torch.Tensor, causal: torch.Tensor | None,
+                     dtype: torch.dtype, complex_a: bool) -> torch.Tensor:
+    """``prod_{j=m+1..n} a_j = exp(d_mag + i d_phase)`` from log differences, masked before ``exp``.
+
+    ``d_mag``, ``d_phase``: float64 differences of cumulative sums (``<= 0`` real part where ``n >= m``).
+    ``causal``: boolean mask broadcastable to them (True where ``n >= m``); the masked entries become
+    ``exp(-inf) = 0`` and receive zero gradient: no overflow, no ``0 * inf``.
+    """
+    real = torch.float64 if dtype in (torch.float64, torch.complex128) else torch.float32
+    if causal is not None:
+        d_mag = d_mag.masked_fill(~causal, -math.inf)
+        d_phase = d_phase.masked_fill(~causal, 0.0)
+    mag = torch.exp(d_mag.to(real))
+    if complex_a:
+        ph = d_phase.to(real)
+        return torch.complex(mag * torch.cos(ph), mag * torch.sin(ph))
+    # real a: d_phase / pi counts the negative factors between m and n; odd count -> minus sign
+    parity = torch.remainder(torch.round(d_phase / math.pi), 2.0).to(real)
+    return mag * (1.0 - 2.0 * parity)
+
+
+def _relative_decay(mag_rows, ph_rows, mag_cols, ph_cols, causal, dtype, complex_a):
+    """``D[n, m, d] = prod_{j=m+1..n} a_{j,d}`` from cumulative logs at rows n and columns m."""
+    d_mag = mag_rows[..., :, None, :] - mag_cols[..., None, :, :]     # (..., N, M, dk)
+    d_ph = ph_rows[..., :, None, :] - ph_cols[..., None, :, :]        # (..., N, M, dk)
+    mask = None if causal is None else causal[..., None]
+    return _decay_from_logs(d_mag, d_ph, mask, dtype, complex_a)
+
+
+def _cumulative_logs(a):
+    log_mag, phase = _log_transitions(a)
+    return log_mag.cumsum(-2), phase.cumsum(-2)
+
+
+# ----------------------------------------------------------------------------- eq. 14-21: surrogate attention
+
+
+def _attention_rows(q, k, a, rows: slice, c_mag, c_ph, dtype, complex_a):
+    """Rows ``rows`` of the masked surrogate attention matrix ``(Qbar Kbar^T . M)`` (eq. 21), stably."""
+    L = q.shape[-2]
+    n = torch.arange(L, device=q.device)[rows]
+    causal = n[:, None] >= torch.arange(L, device=q.device)[None, :]          # M, eq. 20   (N, L)
+    decay = _relative_decay(c_mag[..., rows, :], c_ph[..., rows, :], c_mag, c_ph, causal, dtype, complex_a)
+    # A[n, m] = sum_d q_{n,d} k_{m,d} prod_{j=m+1..n} a_{j,d}            (B, H, N, L)
+    return torch.einsum("bhnd,bhmd,bhnmd->bhnm", q[..., rows, :], k, decay)
+
+
+def _row_blocks(L: int, dk: int):
+    step = max(1, _BLOCK_ELEMENTS // max(1, L * dk))
+    return [slice(s, min(L, s + step)) for s in range(0, L, step)]
+
+
+def _attention_matrix_stable(q, k, a, dtype):
+    c_mag, c_ph = _cumulative_logs(a)
+    complex_a = a.is_complex()
+    L, dk = q.shape[-2], q.shape[-1]
+    return torch.cat([_attention_rows(q, k, a, r, c_mag, c_ph, dtype, complex_a) for r in _row_blocks(L, dk)], dim=-2)
+
+
+def _state_terms(q, k, v, a, h0, c_mag, c_ph, dtype):
+    """What ``h0`` adds to the outputs, ``(q_n . prod_{j<=n} a_j) h0``, and the final state ``S_L``."""
+    B, H, L, dk = q.shape
+    dv = v.shape[-1]
+    complex_a = a.is_complex()
+    zeros = torch.zeros_like(c_mag[..., :1, :])
+    final_decay = _relative_decay(c_mag[..., -1:, :], c_ph[..., -1:, :], c_mag, c_ph, None, dtype, complex_a)[..., 0, :, :]
+    final = torch.einsum("bhmd,bhme->bhde", k * final_decay, v)              # sum_m diag(prod_{j>m} a_j) k_m^T v_m
+    y_h0 = None
+    if h0 is not None:
+        from_start = _decay_from_logs(c_mag - zeros, c_ph - zeros, None, dtype, complex_a)  # prod_{j<=n} a_j
+        y_h0 = torch.einsum("bhnd,bhde->bhne", q * from_start, h0)
+        final = final + from_start[..., -1, :, None] * h0
+    return y_h0, final
+
+
+def _attention(q, k, v, a, h0):
+    """Eq. 14-21 computed stably, row block by row block (O(L^2) time, bounded memory)."""
+    B, H, L, dk = q.shape
+    dv = v.shape[-1]
+    if L == 0:
+        return q.new_zeros(B, H, 0, dv), (h0 if h0 is not None else q.new_zeros(B, H, dk, dv))
+    dtype = q.dtype
+    c_mag, c_ph = _cumulative_logs(a)
+    complex_a = a.is_complex()
+    y = torch.cat([_attention_rows(q, k, a, r, c_mag, c_ph, dtype, complex_a) @ v for r in _row_blocks(L, dk)], dim=-2)
+    y_h0, final = _state_terms(q, k, v, a, h0, c_mag, c_ph, dtype)
+    return (y if y_h0 is None else y + y_h0), final
+
+
+def _attention_naive(q, k, v, a, h0):
+    """Eq. 16-21 literally: ``Pi = cumprod(A)``, ``Qbar = Q . Pi``, ``Kbar = K . Pi^-1``.
+
+    ``Pi`` shrinks geometrically; once it leaves the float range ``Pi^-1`` is infinite and the
+    product ``Qbar Kbar^T`` is ``0 * inf = NaN`` (Fig. 3). ``gateloop`` then raises.
+    """
+    B, H, L, dk = q.shape
+    dv = v.shape[-1]
+    Pi = torch.cumprod(a, dim=-2)                                             # eq. 16   (B, H, L, dk)
+    Q_bar = q * Pi                                                            # eq. 18
+    K_bar = k / Pi                                                            # eq. 19
+    M = torch.tril(torch.ones(L, L, dtype=torch.bool, device=q.device))      # eq. 20
+    scores = (Q_bar @ K_bar.transpose(-1, -2)).masked_fill(~M, 0)             # Qbar Kbar^T . M
+    y = scores @ v                                                            # eq. 21
+    final = Pi[..., -1, :, None] * (K_bar.transpose(-1, -2) @ v) if L else q.new_zeros(B, H, dk, dv)
+    if h0 is not None:
+        y = y + Q_bar @ h0
+        final = final + (Pi[..., -1, :, None] * h0 if L else h0)
+    return y, final
+
+
+# ----------------------------------------------------------------------------- chunked: attention inside, state between
+
+
+def _pad_to_chunks(x, C, value):
+    L = x.shape[-2]
+    pad = (-L) % C
+    if pad:
+        x = torch.cat([x, x.new_full((*x.shape[:-2], pad, x.shape[-1]), value)], dim=-2)
+    return x.reshape(*x.shape[:-2], x.shape[-2] // C, C, x.shape[-1])      # (B, H, nC, C, d)
+
+
+def _chunked(q, k, v, a, h0, chunk_size: int):
+    """Surrogate attention inside chunks of ``chunk_size`` (exact relative decays), states between.
+
+    Per chunk c, with local cumulative logs ``g_n = sum_{j in chunk, j<=n} log a_j``:
+      intra:   ``y_n += sum_{m<=n in chunk} (sum_d q_nd k_md exp(g_nd - g_md)) v_m``
+      inter:   ``y_n += (q_n . exp(g_n)) S_in``
+      state:   ``S_out = diag(exp(g_last)) S_in + sum_m diag(exp(g_last - g_m)) k_m^T v_m``
+    """
+    B, H, L, dk = q.shape
+    dv = v.shape[-1]
+    dtype = q.dtype
+    if L == 0:
+        return q.new_zeros(B, H, 0, dv), (h0 if h0 is not None else q.new_zeros(B, H, dk, dv))
+    C = max(1, min(chunk_size, L))
+    complex_a = a.is_complex()
+    log_mag, phase = _log_transitions(a)
+    # padding: a = 1 (log 0) and q = k = v = 0 leave every state unchanged
+    qc, kc, vc = _pad_to_chunks(q, C, 0.0), _pad_to_chunks(k, C, 0.0), _pad_to_chunks(v, C, 0.0)
+    g_mag = _pad_to_chunks(log_mag, C, 0.0).cumsum(-2)                      # (B, H, nC, C, dk) float64
+    g_ph = _pad_to_chunks(phase, C, 0.0).cumsum(-2)
+    nC = qc.shape[2]
+    causal = torch.tril(torch.ones(C, C, dtype=torch.bool, device=q.device))
+    zeros = torch.zeros_like(g_mag[..., :1, :])
+
+    # intra-chunk surrogate attention, a group of chunks at a time (bounded memory)
+    group = max(1, _BLOCK_ELEMENTS // max(1, B * H * C * C * dk))
+    y_parts, u_parts = [], []
+    for s in range(0, nC, group):
+        sl = slice(s, min(nC, s + group))
+        gm, gp = g_mag[:, :, sl], g_ph[:, :, sl]
+        decay = _relative_decay(gm, gp, gm, gp, causal, dtype, complex_a)   # (B, H, G, C, C, dk)
+        scores = torch.einsum("bhgnd,bhgmd,bhgnmd->bhgnm", qc[:, :, sl], kc[:, :, sl], decay)
+        y_parts.append(scores @ vc[:, :, sl])                                # (B, H, G, C, dv)
+        to_end = _decay_from_logs(gm[..., -1:, :] - gm, gp[..., -1:, :] - gp, None, dtype, complex_a)
+        u_parts.append(torch.einsum("bhgmd,bhgme->bhgde", kc[:, :, sl] * to_end, vc[:, :, sl]))  # chunk-local state
+    y = torch.cat(y_parts, dim=2)                                            # (B, H, nC, C, dv)
+    U = torch.cat(u_parts, dim=2)                                            # (B, H, nC, dk, dv)
+
+    # state passing between chunks: S_in[c+1] = diag(prod_{chunk c} a) S_in[c] + U[c]
+    from_start = _decay_from_logs(g_mag - zeros, g_ph - zeros, None, dtype, complex_a)  # (B, H, nC, C, dk)
+    through = from_start[..., -1, :]                                         # (B, H, nC, dk)
+    S = h0 if h0 is not None else q.new_zeros(B, H, dk, dv)
+    S_in = []
+    for c in range(nC):
+        S_in.append(S)
+        S = through[:, :, c, :, None] * S + U[:, :, c]
+    S_in = torch.stack(S_in, dim=2)                                          # (B, H, nC, dk, dv)
+    y = y + torch.einsum("bhgnd,bhgde->bhgne", qc * from_start, S_in)         # inter-chunk part
+    return y.reshape(B, H, nC * C, dv)[:, :, :L], S
+
+
+# ----------------------------------------------------------------------------- the public op
+
+
+def _pick_auto(q) -> str:
+    if q.device.type == "cuda":
+        from seqlab import kernels
+
+        if kernels.HAVE_TRITON and not kernels.interpreted():
+            return "triton"
+    return "chunked"
+
+
+def gateloop(q, k, v, a, *, h0=None, mode: str = "auto", return_state: bool = False, chunk_size: int = 64):
+    """GateLoop (eq. 7-8): ``S_n = diag(a_n) S_{n-1} + k_n^T v_n``, ``y_n = q_n S_n``.
+
+    Args:
+        q, k, a: ``(B, H, L, dk)`` queries (output gates), keys (input gates), state transitions
+            (``|a| <= 1``); real or complex.
+        v: ``(B, H, L, dv)`` values.
+        h0: optional initial state ``S_0``, ``(B, H, dk, dv)``.
+        mode: one of ``GATELOOP_MODES`` (see the module docstring); all compute the same function.
+        return_state: also return the final state ``S_L`` ``(B, H, dk, dv)``.
+        chunk_size: chunk length of ``"chunked"`` (and the Triton kernel's chunk when it fits).
+
+    Returns ``y`` ``(B, H, L, dv)`` (complex if any input is), or ``(y, S_L)``.
+    Raises ``FloatingPointError`` if the result is not finite (``"attention_naive"`` past underflow).
+    """
+    check_mode("gateloop", mode, GATELOOP_MODES)
+    _check_inputs(q, k, v, a, h0)
+    if not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
+    dtype = _work_dtype(q, k, v, a, h0)
+    q, k, v, a = (t.to(dtype) for t in (q, k, v, a))
+    h0 = None if h0 is None else h0.to(dtype)
+    if mode == "auto":
+        mode = _pick_auto(q)
+    if mode == "recurrent":
+        y, S = _recurrent(q, k, v, a, h0)
+    elif mode == "associative":
+        y, S = _associative(q, k, v, a, h0)
+    elif mode == "attention":
+        y, S = _attention(q, k, v, a, h0)
+    elif mode == "attention_naive":
+        y, S = _attention_naive(q, k, v, a, h0)
+        if not (torch.isfinite(torch.view_as_real(y) if y.is_complex() else y).all()):
+            raise FloatingPointError(
+                "gateloop(mode='attention_naive'): the cumulative product Pi(A) of eq. 16 underflowed, so "
+                "Kbar = K . Pi^-1 (eq. 19) is infinite and the output is NaN (the risk of Fig. 3); "
+                "use mode='attention' (stable relative decays) or 'chunked'")
+    elif mode == "chunked":
+        y, S = _chunked(q, k, v, a, h0, chunk_size)
+    else:  # triton
+        from seqlab.kernels.gateloop import gateloop_triton
+
+        y, S = gateloop_triton(q, k, v, a, h0=h0, return_state=return_state)
+    check_finite(f"gateloop(mode={mode!r})", torch.view_as_real(y) if y.is_complex() else y)
+    return (y, S) if return_state else y
+
+
+def gateloop_attention_matrix(q, k, a):
+    """The masked surrogate attention matrix ``(Qbar Kbar^T) . M`` of eq. 21, ``(B, H, L, L)``.
+
+    Entry ``[n, m] = sum_d q_{n,d} k_{m,d} prod_{j=m+1..n} a_{j,d}`` for ``n >= m``, else 0; so that
+    ``gateloop(q, k, v, a) == gateloop_attention_matrix(q, k, a) @ v``. Computed stably.
+    """
+    _check_inputs(q, k, None, a, need_v=False)
+    dtype = _work_dtype(q, k, a)
+    q, k, a = q.to(dtype), k.to(dtype), a.to(dtype)
+    A = _attention_matrix_stable(q, k, a, dtype)
+    check_finite("gateloop_attention_matrix", torch.view_as_real(A) if A.is_complex() else A)
+    return A
+
+
+def gateloop_softmax(q, k, v, a, *, scale: float = 1.0):
+    """Eq. 22-23: ``Y = softmax(M_-inf(Qbar Kbar^T)) V``, the softmax generalisation.
+
+    Softmax needs real scores: the real part of the (complex) surrogate scores is used, multiplied by
+    ``scale``; entries above the diagonal are ``-inf`` (eq. 22) so softmax gives them weight 0.
+    """
+    _check_inputs(q, k, v, a)
+    A = gateloop_attention_matrix(q, k, a)
+    scores = (A.real if A.is_complex() else A) * scale
+    L = scores.shape[-1]
+    M = torch.tril(torch.ones(L, L, dtype=torch.bool, device=scores.device))
+    weights = torch.softmax(scores.masked_fill(~M, -math.inf), dim=-1)     # eq. 22-23
+    y = weights.to(_work_dtype(weights, v)) @ v.to(_work_dtype(weights, v))
+    check_finite("gateloop_softmax", torch.view_as_real(y) if y.is_complex() else y)
+    return y
