@@ -1,0 +1,189 @@
+"""A live learning curve: a training callback that redraws a plotly ``FigureWidget`` during ``fit``.
+
+Usage in a notebook (one run, or several runs racing in one figure)::
+
+    live = viz.LivePlot(["loss", "accuracy"])
+    h1 = fit(transformer, task, ..., callbacks=[live.run("transformer")])
+    h2 = fit(linear, task, ..., callbacks=[live.run("linear transformer")])
+    live.close()          # the widget becomes the same figure, static (optional)
+
+``LivePlot`` itself is also a callback: used directly it names each run after the model
+(``model.model_name``) when ``fit`` starts.
+
+Outside a Jupyter kernel (a terminal, a test) nothing is drawn: the records are only collected,
+and :meth:`LivePlot.figure` gives the static figure. In a kernel without ``anywidget`` (which
+plotly's ``FigureWidget`` needs) the figure is redrawn as a static output instead.
+
+After :meth:`close`, the live widget is replaced by its static figure and closed, so the saved
+notebook shows the final curves without keeping the widget (plotly's widget carries its whole
+JavaScript bundle, about 5 MB, in a notebook's saved widget state).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+from seqlab.viz.figures import learning_curves
+
+__all__ = ["LivePlot", "in_notebook"]
+
+
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel (JupyterLab, Notebook, nbconvert, nbval), False elsewhere."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover
+        return False
+    shell = get_ipython()
+    return shell is not None and hasattr(shell, "kernel")
+
+
+def _figure_widget_available() -> bool:
+    try:
+        import anywidget  # noqa: F401  (plotly >= 6 builds FigureWidget on anywidget)
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class _Run:
+    """The callback for one named run of a :class:`LivePlot` (see :meth:`LivePlot.run`)."""
+
+    def __init__(self, plot: "LivePlot", label: str):
+        self.plot, self.label = plot, label
+
+    def on_fit_start(self, model, task) -> None:
+        self.plot._start(self.label)
+
+    def __call__(self, history, record: dict) -> None:
+        self.plot._add(self.label, record)
+
+    def on_fit_end(self, history) -> None:
+        self.plot._refresh(force=True)
+
+
+class LivePlot:
+    """Training callback drawing learning curves live (see the module docstring).
+
+    ``metrics``: record keys to draw side by side (default loss and accuracy). ``splits``: which
+    splits to draw (default: all that appear). ``min_interval``: seconds between redraws (the last
+    state is always drawn at evaluations and at the end of ``fit``). ``display``: ``None`` = draw when
+    in a notebook, ``False`` = never draw (collect only).
+    """
+
+    def __init__(self, metrics: str | Sequence[str] = ("loss", "accuracy"), *, splits: Sequence[str] | None = None,
+                 title: str | None = None, min_interval: float = 0.5, smooth: float = 0.0,
+                 display: bool | None = None, height: int | None = None):
+        self.metrics = [metrics] if isinstance(metrics, str) else list(metrics)
+        if not self.metrics:
+            raise ValueError("metrics: expected at least one record key")
+        self.splits = list(splits) if splits is not None else None
+        self.title, self.min_interval, self.smooth, self.height = title, min_interval, smooth, height
+        self.show = in_notebook() if display is None else bool(display)
+        self.runs: dict[str, list[dict]] = {}
+        self.widget: go.FigureWidget | None = None
+        self._handle = None
+        self._last_draw = 0.0
+        self._current: str | None = None
+        self._layout_key: tuple | None = None
+
+    # -- callback protocol (used directly, one run per fit, named after the model)
+    def on_fit_start(self, model, task) -> None:
+        name = getattr(model, "model_name", type(model).__name__)
+        label, n = name, 2
+        while label in self.runs:
+            label, n = f"{name} #{n}", n + 1
+        self._start(label)
+
+    def __call__(self, history, record: dict) -> None:
+        if self._current is None:
+            self._start(f"run {len(self.runs) + 1}")
+        self._add(self._current, record)
+
+    def on_fit_end(self, history) -> None:
+        self._refresh(force=True)
+
+    def run(self, label: str) -> _Run:
+        """A callback that feeds the run ``label`` of this plot (several runs race in one figure)."""
+        if not isinstance(label, str) or not label:
+            raise ValueError(f"label: expected a non-empty string, got {label!r}")
+        return _Run(self, label)
+
+    # -- state
+    def _start(self, label: str) -> None:
+        self.runs[label] = []
+        self._current = label
+
+    def _add(self, label: str, record: dict) -> None:
+        if label not in self.runs:
+            self._start(label)
+        self.runs[label].append(dict(record))
+        self._refresh(force=record.get("split", "train") != "train")
+
+    def figure(self) -> go.Figure:
+        """The static learning-curves figure of everything recorded so far."""
+        if not any(self.runs.values()):
+            raise ValueError("LivePlot: no records yet; pass it to fit(..., callbacks=[...]) first")
+        metrics = [m for m in self.metrics if any(m in r for rs in self.runs.values() for r in rs)]
+        return learning_curves({k: v for k, v in self.runs.items() if v}, metrics or self.metrics, splits=self.splits,
+                               smooth=self.smooth, title=self.title, height=self.height)
+
+    # -- drawing
+    def _refresh(self, force: bool = False) -> None:
+        if not self.show or not any(self.runs.values()):
+            return
+        now = time.monotonic()
+        if not force and now - self._last_draw < self.min_interval:
+            return
+        self._last_draw = now
+        fig = self.figure()
+        if not _figure_widget_available():
+            self._show_static(fig)
+            return
+        key = tuple((t.name, t.xaxis, t.yaxis) for t in fig.data)
+        if self.widget is None or key != self._layout_key:
+            self._show_widget(fig)
+            self._layout_key = key
+            return
+        with self.widget.batch_update():
+            for live, new in zip(self.widget.data, fig.data):
+                live.x, live.y = new.x, new.y
+
+    def _show_widget(self, fig: go.Figure) -> None:
+        from IPython.display import display
+
+        if self.widget is None:
+            self.widget = go.FigureWidget(fig)
+            # The widget's own text/plain repr holds random trace uids: show a fixed one instead.
+            bundle = {"application/vnd.jupyter.widget-view+json": {"model_id": self.widget.model_id,
+                                                                   "version_major": 2, "version_minor": 0},
+                      "text/plain": "LivePlot (live learning curves)"}
+            self._handle = display(bundle, raw=True, display_id=True)
+        else:  # a new run or metric appeared: new traces, same widget
+            with self.widget.batch_update():
+                self.widget.data = ()
+                self.widget.add_traces(list(fig.data))
+                self.widget.layout = fig.layout
+
+    def _show_static(self, fig: go.Figure) -> None:
+        from IPython.display import display
+
+        if self._handle is None:
+            self._handle = display(fig, display_id=True)
+        else:
+            self._handle.update(fig)
+
+    def close(self) -> go.Figure | None:
+        """Replace the live widget by its static figure, close the widget; return the figure."""
+        if not any(self.runs.values()):
+            return None
+        fig = self.figure()
+        if self._handle is not None:
+            self._handle.update(fig)
+        if self.widget is not None:
+            self.widget.close()
+            self.widget = None
+        return fig

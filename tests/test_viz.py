@@ -1,0 +1,315 @@
+"""seqlab.viz: every builder makes the traces it promises, on the data it was given, and refuses bad input."""
+import json
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+import torch
+import torch.nn as nn
+from conftest import check
+
+from seqlab import viz
+from seqlab.viz.style import TEMPLATE_NAME
+
+
+def _records(n=10, loss0=2.0, every_eval=5):
+    out = []
+    for s in range(n):
+        out.append({"step": s, "split": "train", "loss": loss0 / (s + 1), "accuracy": s / n, "lr": 1e-3,
+                    "tokens_per_s": 1000.0 + s, "time": 0.1 * s})
+        if (s + 1) % every_eval == 0:
+            out.append({"step": s, "split": "test", "loss": loss0 / (s + 2), "accuracy": (s + 1) / n})
+    return out
+
+
+class _History:  # the duck type of seqlab.train.History the builders rely on
+    def __init__(self, records, model=None):
+        self.records, self.config = records, ({"model": model} if model else {})
+
+
+def _styled(fig):
+    assert isinstance(fig, go.Figure)
+    assert fig.layout.template.layout.colorway == viz.COLORS
+    json.dumps(fig.to_plotly_json(), default=str)  # serialisable
+    return fig
+
+
+# ----------------------------------------------------------------------------- learning curves
+
+
+def test_learning_curves_one_run_data_match_records():
+    recs = _records()
+    fig = _styled(viz.learning_curves(_History(recs), "loss"))
+    names = [t.name for t in fig.data]
+    assert names == ["run", "run (test)"]
+    train = [r for r in recs if r["split"] == "train"]
+    assert list(fig.data[0].x) == [r["step"] for r in train]
+    np.testing.assert_allclose(fig.data[0].y, [r["loss"] for r in train], rtol=1e-5)
+    assert fig.data[1].line.dash == "dot" and fig.data[0].line.dash == "solid"
+
+
+def test_learning_curves_compare_runs_side_by_side_metrics():
+    runs = {"transformer": _History(_records(loss0=2.0)), "linear": _History(_records(loss0=3.0))}
+    fig = _styled(viz.learning_curves(runs, ["loss", "accuracy"]))
+    # 2 metrics x 2 runs x (train + test)
+    assert len(fig.data) == 8
+    assert {t.xaxis for t in fig.data} == {"x", "x2"}
+    # one colour per run, the same in both panels; legend entries only once
+    by_label = {}
+    for t in fig.data:
+        by_label.setdefault(t.legendgroup, set()).add(t.line.color)
+    assert all(len(c) == 1 for c in by_label.values()) and len(by_label) == 2
+    assert sum(bool(t.showlegend) for t in fig.data) == 4
+    assert tuple(fig.layout.yaxis2.range) == (0, 1.02)
+
+
+def test_learning_curves_labels_smoothing_and_splits():
+    h1, h2 = _History(_records(), model="transformer"), _History(_records(), model="linear-transformer")
+    fig = viz.learning_curves([h1, h2], splits=["train"])
+    assert [t.name for t in fig.data] == ["transformer", "linear-transformer"]
+    fig = viz.learning_curves([h1, h2], labels=["A", "B"], smooth=0.5, splits=["train"])
+    assert [t.name for t in fig.data] == ["A", "B"]
+    raw = np.array([r["loss"] for r in h1.records if r["split"] == "train"])
+    smoothed = np.array(fig.data[0].y)
+    # bias-corrected EMA, written as the weighted mean it is: sum_j (1-s) s^(i-j) v_j / (1 - s^(i+1))
+    s = 0.5
+    expected = [sum((1 - s) * s ** (i - j) * raw[j] for j in range(i + 1)) / (1 - s ** (i + 1)) for i in range(len(raw))]
+    np.testing.assert_allclose(smoothed, expected, rtol=1e-5)
+    assert smoothed[0] == pytest.approx(raw[0])
+
+
+def test_learning_curves_bad_input():
+    with pytest.raises(ValueError, match="metric.*perplexity.*available keys"):
+        viz.learning_curves(_History(_records()), "perplexity")
+    with pytest.raises(ValueError, match="labels: expected 2"):
+        viz.learning_curves([_History(_records()), _History(_records())], labels=["only one"])
+    with pytest.raises(ValueError, match="history_or_histories"):
+        viz.learning_curves(42)
+    with pytest.raises(ValueError, match="smooth"):
+        viz.learning_curves(_History(_records()), smooth=1.0)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        viz.learning_curves([{"step": 0, "split": "train", "loss": float("nan")}])
+
+
+def test_learning_curves_json_is_deterministic():
+    a = viz.learning_curves(_History(_records()), ["loss", "accuracy"]).to_json()
+    b = viz.learning_curves(_History(_records()), ["loss", "accuracy"]).to_json()
+    assert a == b and "uid" not in a
+
+
+# ----------------------------------------------------------------------------- live plot
+
+
+def test_liveplot_outside_a_notebook_collects_and_builds_the_static_figure():
+    live = viz.LivePlot(["loss", "accuracy"])
+    assert not live.show  # pytest is not a Jupyter kernel
+    for label in ("transformer", "linear"):
+        cb = live.run(label)
+        cb.on_fit_start(None, None)
+        for r in _records():
+            cb(None, r)
+        cb.on_fit_end(None)
+    assert live.widget is None  # nothing drawn
+    fig = live.figure()
+    assert sorted({t.legendgroup for t in fig.data}) == ["linear", "transformer"]
+    assert fig.to_json() == viz.learning_curves(live.runs, ["loss", "accuracy"]).to_json()
+
+
+def test_liveplot_as_plain_callback_names_runs_after_the_model():
+    class M:
+        model_name = "transformer"
+
+    live = viz.LivePlot("loss")
+    for _ in range(2):
+        live.on_fit_start(M(), None)
+        for r in _records(3, every_eval=100):
+            live(None, r)
+    assert list(live.runs) == ["transformer", "transformer #2"]
+    with pytest.raises(ValueError, match="no records"):
+        viz.LivePlot().figure()
+    with pytest.raises(ValueError, match="label"):
+        viz.LivePlot().run("")
+
+
+def test_liveplot_drives_a_figure_widget():
+    pytest.importorskip("anywidget")
+    live = viz.LivePlot(["loss"], display=True, min_interval=0.0)
+    live._show_widget = lambda fig: setattr(live, "widget", go.FigureWidget(fig))  # no IPython display here
+    cb = live.run("transformer")
+    recs = _records(6, every_eval=100)
+    for r in recs[:3]:
+        cb(None, r)
+    assert isinstance(live.widget, go.FigureWidget)
+    # the widget's traces follow the records as they arrive
+    live._layout_key = tuple((t.name, t.xaxis, t.yaxis) for t in live.figure().data)
+    for r in recs[3:]:
+        cb(None, r)
+    assert list(live.widget.data[0].x) == [r["step"] for r in recs]
+
+
+# ----------------------------------------------------------------------------- matrices
+
+
+def test_heatmap_single_and_side_by_side_share_one_scale():
+    a = torch.rand(5, 7)
+    fig = _styled(viz.heatmap(a))
+    assert len(fig.data) == 1 and np.array(fig.data[0].z).shape == (5, 7)
+    np.testing.assert_allclose(fig.data[0].z, a.numpy(), atol=1e-6)
+    assert fig.layout.yaxis.autorange == "reversed"          # row 0 on top, as written
+    assert fig.layout.coloraxis.colorscale[0][1] == go.Figure(go.Heatmap(colorscale=viz.SEQUENTIAL)).data[0].colorscale[0][1]
+
+    stack = torch.randn(3, 4, 4)
+    fig = viz.heatmap(stack, titles=["h0", "h1", "h2"])
+    assert len(fig.data) == 3 and all(t.coloraxis == "coloraxis" for t in fig.data)
+    bound = float(stack.abs().max())
+    assert fig.layout.coloraxis.cmin == pytest.approx(-bound) and fig.layout.coloraxis.cmax == pytest.approx(bound)
+    assert [a.text for a in fig.layout.annotations] == ["h0", "h1", "h2"]
+
+    fig = viz.heatmap([np.eye(3), np.ones((2, 5))])            # a list of differently shaped matrices
+    assert [np.array(t.z).shape for t in fig.data] == [(3, 3), (2, 5)]
+
+
+def test_heatmap_complex_needs_a_part_and_bad_shapes_fail():
+    z = torch.randn(4, 4, dtype=torch.complex64)
+    with pytest.raises(ValueError, match="complex.*part="):
+        viz.heatmap(z)
+    fig = viz.heatmap(z, part="abs")
+    np.testing.assert_allclose(fig.data[0].z, z.abs().numpy(), rtol=1e-5)
+    with pytest.raises(ValueError, match=r"matrix: expected a 2-D or 3-D array, got shape \(4,\)"):
+        viz.heatmap(torch.zeros(4))
+    with pytest.raises(ValueError, match="titles: expected 2"):
+        viz.heatmap(torch.zeros(2, 3, 3), titles=["one"])
+    with pytest.raises(ValueError, match="x_labels: expected 3"):
+        viz.heatmap(torch.zeros(3, 3), x_labels=["a", "b"])
+    with pytest.raises(ValueError, match="NaN or inf"):
+        viz.heatmap(torch.tensor([[0.0, float("inf")]]))
+
+
+def test_gate_heatmap_puts_sequence_on_x():
+    g = torch.rand(12, 5)  # (L, C)
+    fig = _styled(viz.gate_heatmap(g, tokens=list("abcdefghijkl")))
+    z = np.array(fig.data[0].z)
+    assert z.shape == (5, 12)
+    np.testing.assert_allclose(z, g.T.numpy(), atol=1e-6)
+    assert list(fig.data[0].x)[:2] == ["0:a", "1:b"]
+    fig = viz.gate_heatmap(torch.rand(2, 12, 5), titles=["layer 0", "layer 1"])
+    assert len(fig.data) == 2
+    fig = viz.gate_heatmap(torch.polar(torch.rand(6, 3), torch.rand(6, 3)), part="angle")
+    assert fig.layout.coloraxis.colorbar.title.text == "angle"
+    with pytest.raises(ValueError, match="tokens: expected 12"):
+        viz.gate_heatmap(g, tokens=["x"])
+    with pytest.raises(ValueError, match="part: expected"):
+        viz.gate_heatmap(g, part="phase")
+
+
+# ----------------------------------------------------------------------------- bars, points, curves
+
+
+def test_coefficient_bars():
+    fig = _styled(viz.coefficient_bars({"alpha1": [0.1, 0.5, 0.9], "alpha2": torch.tensor([1.0, -1.0, 0.0])}))
+    assert [t.name for t in fig.data] == ["alpha1", "alpha2"] and all(isinstance(t, go.Bar) for t in fig.data)
+    assert list(fig.data[0].x) == ["layer 0", "layer 1", "layer 2"]
+    np.testing.assert_allclose(fig.data[1].y, [1.0, -1.0, 0.0])
+    assert fig.layout.barmode == "group"
+    fig = viz.coefficient_bars(np.arange(6.0).reshape(3, 2), labels=["a", "b"], layer_names=["l1", "l2", "l3"])
+    np.testing.assert_allclose(fig.data[1].y, [1, 3, 5])
+    with pytest.raises(ValueError, match="one value per layer"):
+        viz.coefficient_bars({"a": [1, 2], "b": [1, 2, 3]})
+    with pytest.raises(ValueError, match="labels: expected 2"):
+        viz.coefficient_bars(np.zeros((3, 2)), labels=["a"])
+
+
+def test_complex_plane():
+    lam = torch.polar(torch.tensor([0.5, 0.9, 0.99]), torch.tensor([0.0, 1.0, -2.0]))
+    fig = _styled(viz.complex_plane(lam))
+    np.testing.assert_allclose(fig.data[0].x, lam.real.numpy(), atol=1e-6)
+    np.testing.assert_allclose(fig.data[0].y, lam.imag.numpy(), atol=1e-6)
+    circle = fig.layout.shapes[0]
+    assert circle.type == "circle" and (circle.x0, circle.x1) == (-1, 1)
+    assert fig.layout.yaxis.scaleanchor == "x"
+    assert len(viz.complex_plane(lam, unit_circle=False).layout.shapes) == 0
+    fig = viz.complex_plane({"layer 0": lam, "layer 1": lam * 0.5})
+    assert [t.name for t in fig.data] == ["layer 0", "layer 1"]
+    with pytest.raises(ValueError, match="labels: expected 2"):
+        viz.complex_plane(torch.stack([lam, lam]), labels=["x"])
+
+
+def test_line_and_scaling_plot_slopes():
+    x = np.arange(1, 6)
+    fig = _styled(viz.line(x, {"a": x ** 2, "b": x}))
+    assert [t.name for t in fig.data] == ["a", "b"]
+    with pytest.raises(ValueError, match=r"ys\['a'\]: expected 5 values"):
+        viz.line(x, {"a": [1, 2]})
+    lengths = np.array([64, 128, 256, 512, 1024])
+    times = {"linear": 3e-6 * lengths, "quadratic": 1e-8 * lengths ** 2.0}
+    slopes = viz.fit_slopes(lengths, times)
+    assert slopes["linear"] == pytest.approx(1.0) and slopes["quadratic"] == pytest.approx(2.0)
+    fig = _styled(viz.scaling_plot(lengths, times))
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    assert fig.data[0].name == "linear (slope 1.00)" and fig.data[2].name == "quadratic (slope 2.00)"
+    assert fig.layout.meta["slopes"] == {"linear": 1.0, "quadratic": 2.0}
+    with pytest.raises(ValueError, match="positive"):
+        viz.fit_slopes(lengths, {"bad": np.zeros(5)})
+    with pytest.raises(ValueError, match="at least 2"):
+        viz.fit_slopes([8], {"m": [1.0]})
+
+
+def test_template_is_registered_once_and_small():
+    import plotly.io as pio
+
+    assert TEMPLATE_NAME in pio.templates
+    assert len(json.dumps(viz.TEMPLATE.to_plotly_json())) < 2000  # it is embedded in every committed figure
+
+
+# ----------------------------------------------------------------------------- seqlab.inspect (generic read-outs)
+
+
+class _Block(nn.Module):
+    def __init__(self, d, alpha):
+        super().__init__()
+        self.mix = nn.Linear(d, d)
+        self.alpha1 = nn.Parameter(torch.tensor(alpha))
+
+    def forward(self, x):
+        return x + self.alpha1 * self.mix(x)
+
+
+class _Tiny(nn.Module):
+    def __init__(self, vocab=11, d=8, depth=3):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(_Block(d, 0.1 * (i + 1)) for i in range(depth))
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x)
+
+
+def test_inspect_capture_per_layer_predict():
+    from seqlab import inspect
+
+    model = _Tiny().train()
+    tokens = torch.randint(0, 11, (2, 5))
+    caught = inspect.capture(model, tokens, _Block)
+    assert list(caught) == ["blocks.0", "blocks.1", "blocks.2"]
+    # the caught output of the last block, through the head, is the model's output
+    check(model.head(caught["blocks.2"]), model(tokens).detach(), 1e-6, "head(last block) vs model")
+    assert model.training  # mode restored
+    assert list(inspect.capture(model, tokens, "blocks.1.mix")) == ["blocks.1.mix"]
+    with pytest.raises(ValueError, match="no sub-module named"):
+        inspect.capture(model, tokens, ["blocks.9"])
+    with pytest.raises(ValueError, match=r"tokens: expected integer tokens .* got shape \(2, 5\), dtype torch.float32"):
+        inspect.capture(model, tokens.float(), _Block)
+
+    assert inspect.per_layer(model, "alpha1") == pytest.approx([0.1, 0.2, 0.3])
+    assert viz.coefficient_bars({"alpha1": inspect.per_layer(model, "alpha1")}).data[0].y == pytest.approx((0.1, 0.2, 0.3))
+    with pytest.raises(ValueError, match="missing 'alpha9'"):
+        inspect.per_layer(model, "alpha9")
+
+    pred = inspect.predict(model, tokens)
+    assert pred.shape == (2, 5) and torch.equal(pred, model(tokens).argmax(-1))
+    assert inspect.predict(model, tokens[0]).shape == (5,)
+    assert inspect.parameter_count(model) == sum(p.numel() for p in model.parameters())
