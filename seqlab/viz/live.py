@@ -5,7 +5,7 @@ Usage in a notebook (one run, or several runs racing in one figure)::
     live = viz.LivePlot(["loss", "accuracy"])
     h1 = fit(transformer, task, ..., callbacks=[live.run("transformer")])
     h2 = fit(linear, task, ..., callbacks=[live.run("linear transformer")])
-    live.close()          # the widget becomes the same figure, static (optional)
+    live.close()          # the widget becomes the same figure, static (recommended)
 
 ``LivePlot`` itself is also a callback: used directly it names each run after the model
 (``model.model_name``) when ``fit`` starts.
@@ -20,10 +20,12 @@ JavaScript bundle, about 5 MB, in a notebook's saved widget state).
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
+import plotly.io as pio
 
 from seqlab.viz.figures import learning_curves
 
@@ -47,6 +49,12 @@ def _figure_widget_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def _mimebundle(fig: go.Figure) -> dict:
+    # What plotly's "plotly_mimetype" renderer emits. Passed raw, because a Figure displayed as an
+    # object renders itself through plotly and would drop the display id that lets it be updated.
+    return {"application/vnd.plotly.v1+json": json.loads(pio.to_json(fig, validate=False))}
 
 
 class _Run:
@@ -172,18 +180,20 @@ class LivePlot:
         from IPython.display import display
 
         if self._handle is None:
-            self._handle = display(fig, display_id=True)
+            self._handle = display(_mimebundle(fig), raw=True, display_id=True)
         else:
-            self._handle.update(fig)
+            self._handle.update(_mimebundle(fig), raw=True)
 
-    def close(self) -> go.Figure | None:
-        """Replace the live widget by its static figure, close the widget; return the figure."""
+    def close(self) -> None:
+        """Replace the live widget by its static figure (:meth:`figure`) and close the widget.
+
+        Returns nothing, so that ``live.close()`` as a cell's last line does not draw it twice.
+        """
         if not any(self.runs.values()):
-            return None
+            return
         fig = self.figure()
         if self._handle is not None:
-            self._handle.update(fig)
+            self._handle.update(_mimebundle(fig), raw=True)
         if self.widget is not None:
             self.widget.close()
             self.widget = None
-        return fig
