@@ -7,7 +7,7 @@ from conftest import check
 
 from seqlab.ops.gateloop import gateloop, gateloop_attention_matrix, gateloop_softmax
 
-SCAN_MODES = ("recurrent", "associative", "chunked")      # tolerance 1e-5
+SCAN_MODES = ("recurrent", "associative", "chunked", "auto")      # tolerance 1e-5
 MATRIX_MODES = ("attention",)                              # tolerance 1e-4
 
 
@@ -83,7 +83,7 @@ def test_attention_naive_underflows_where_stable_forms_do_not():
 
 
 @pytest.mark.parametrize("mode,L", [("chunked", 4096), ("attention", 4096), ("recurrent", 1000), ("associative", 1000),
-                                    ("chunked", 4099)])
+                                    ("chunked", 4099), ("auto", 4096)])
 def test_long_sequences(mode, L):
     q, k, v, a = make_inputs(1, 1, L, 2, 3)
     ref, S_ref = reference(q, k, v, a)
@@ -219,3 +219,10 @@ def test_bad_inputs_name_the_argument():
         gateloop(q, k, v, a, h0=torch.zeros(2, 3, 5, 4, dtype=q.dtype))
     with pytest.raises(TypeError, match="q: expected a floating-point"):
         gateloop(torch.ones(2, 3, 5, 4, dtype=torch.long), k, v, a)
+
+
+def test_auto_on_max_headed_inputs():
+    # the paper's models: dk = dv = 1 per head, many heads (Appendix C.1)
+    q, k, v, a = make_inputs(2, 64, 300, 1, 1)
+    ref, _ = reference(q, k, v, a)
+    check(gateloop(q, k, v, a), ref, 1e-5, "auto, dk = dv = 1")

@@ -1,1 +1,39 @@
-"""(being written)"""
+"""Model ``gateloop`` (paper 004 Appendix C, Fig. 10): token embedding, a stack of GateLoop blocks,
+a final LayerNorm and a language head (``num_classes=None``) or a classifier on the last position.
+
+Defaults are the Memory Horizon sizes of Appendix C.1: ``n_layers=4``, ``d_model=d_qk=d_v=64``,
+``heads=64`` (``dk = dv = 1``), ``d_ff=128``. ``data_controlled=False`` builds the fixed-transition
+model of the ablation (Fig. 6-7)::
+
+    model = seqlab.models.build("gateloop", vocab_size=7, data_controlled=False)
+"""
+from __future__ import annotations
+
+from seqlab.layers.gateloop import GateLoopBlock
+from seqlab.models.common import SequenceModel, scale_residual_init
+from seqlab.models.registry import register
+
+__all__ = ["build_gateloop"]
+
+
+@register("gateloop")
+def build_gateloop(*, vocab_size: int, num_classes: int | None = None, seq_len: int | None = None,
+                   d_model: int = 64, n_layers: int = 4, d_qk: int | None = None, d_v: int | None = None,
+                   heads: int | None = None, d_ff: int = 128, data_controlled: bool = True, mode: str = "auto",
+                   dropout: float = 0.0, pool: str = "last") -> SequenceModel:
+    """GateLoop model (any length; causal, so it is a language model or a last-position classifier)."""
+    for name, value in (("d_model", d_model), ("n_layers", n_layers), ("d_ff", d_ff)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    d_qk = d_qk or d_model
+    d_v = d_v or d_model
+    heads = heads or d_qk
+    blocks = [GateLoopBlock(d_model, d_qk=d_qk, d_v=d_v, heads=heads, d_ff=d_ff, data_controlled=data_controlled,
+                            mode=mode, dropout=dropout) for _ in range(n_layers)]
+    for block in blocks:
+        scale_residual_init(block.time_mixing.out, 2 * n_layers)
+        scale_residual_init(block.ffn[2], 2 * n_layers)
+    model = SequenceModel(vocab_size=vocab_size, d_model=d_model, blocks=blocks, num_classes=num_classes,
+                          seq_len=None, pool=pool, causal=True)
+    model.data_controlled = data_controlled
+    return model

@@ -32,7 +32,9 @@ Modes, all computing the same function:
   ``L x chunk x dk + (L / chunk) x dk x dv``: no ``L x dk x dv`` stack.
 - ``"triton"``: the chunked algorithm as a Triton kernel (forward and backward), see
   ``seqlab.kernels.gateloop``.
-- ``"auto"``: ``"triton"`` on a CUDA device, ``"chunked"`` otherwise.
+- ``"auto"``: ``"triton"`` on a CUDA device; on CPU the associative form run by the scan engine's
+  fastest algorithm while the ``L x dk x dv`` stack of states is small (it is tiny in the paper's
+  max-headed ``dk = dv = 1`` models), ``"chunked"`` beyond (see ``benchmarks/gateloop.py``).
 
 Also :func:`gateloop_attention_matrix` (the masked surrogate attention matrix ``(B, H, L, L)``,
 eq. 21 without ``V``) and :func:`gateloop_softmax` (eq. 22-23).
@@ -110,12 +112,14 @@ def _recurrent(q, k, v, a, h0):
 # ----------------------------------------------------------------------------- eq. 12-13: associative scan
 
 
-def _associative(q, k, v, a, h0):
+def _associative(q, k, v, a, h0, scan_mode: str = "associative"):
     """Eq. 12-13: the prefix 'sum' of ``(a_n, k_n^T v_n)`` under the GateLoop operator.
 
     ``(a, kv) . (a', kv') = (a a', a' kv + kv')`` is exactly the first-order linear recurrence
     ``S_n = a_n S_{n-1} + x_n`` on the flattened ``dk * dv`` state, so the scan engine's
-    time-varying parallel scan computes it (associativity: Appendix B).
+    time-varying parallel scan computes it (associativity: Appendix B). ``scan_mode`` picks the
+    engine's algorithm: ``"associative"`` is the paper's parallel prefix scan; ``"auto"`` (used by
+    ``mode="auto"``) the engine's fastest one for the device (a blocked two-level scan on CPU).
     """
     from seqlab.ops.scan import linear_scan
 
@@ -124,7 +128,7 @@ def _associative(q, k, v, a, h0):
     x = (k[..., :, None] * v[..., None, :]).reshape(B, H, L, dk * dv)        # leaves k_n^T v_n   (B, H, L, dk*dv)
     a_full = a[..., :, None].expand(B, H, L, dk, dv).reshape(B, H, L, dk * dv)  # diag(a_n) on each row of S
     s0 = None if h0 is None else h0.reshape(B, H, dk * dv)
-    S = linear_scan(a_full, x, s0, mode="associative").reshape(B, H, L, dk, dv)  # all states S_1..S_L
+    S = linear_scan(a_full, x, s0, mode=scan_mode).reshape(B, H, L, dk, dv)  # all states S_1..S_L
     y = torch.einsum("bhld,bhlde->bhle", q, S)                                # eq. 8
     final = S[:, :, -1] if L else (h0 if h0 is not None else q.new_zeros(B, H, dk, dv))
     return y, final
@@ -323,13 +327,19 @@ def _chunked(q, k, v, a, h0, chunk_size: int):
 # ----------------------------------------------------------------------------- the public op
 
 
-def _pick_auto(q) -> str:
+# "auto" on CPU scans the dk x dv state with the engine while that stack of L states stays small
+# (GateLoop's max-headed dk = dv = 1 case), and switches to "chunked" when it would not.
+_AUTO_SCAN_ELEMENTS = 1 << 24
+
+
+def _pick_auto(q, v) -> str:
     if q.device.type == "cuda":
         from seqlab import kernels
 
         if kernels.HAVE_TRITON and not kernels.interpreted():
             return "triton"
-    return "chunked"
+    B, H, L, dk = q.shape
+    return "scan" if B * H * L * dk * v.shape[-1] <= _AUTO_SCAN_ELEMENTS else "chunked"
 
 
 def gateloop(q, k, v, a, *, h0=None, mode: str = "auto", return_state: bool = False, chunk_size: int = 64):
@@ -355,8 +365,10 @@ def gateloop(q, k, v, a, *, h0=None, mode: str = "auto", return_state: bool = Fa
     q, k, v, a = (t.to(dtype) for t in (q, k, v, a))
     h0 = None if h0 is None else h0.to(dtype)
     if mode == "auto":
-        mode = _pick_auto(q)
-    if mode == "recurrent":
+        mode = _pick_auto(q, v)
+    if mode == "scan":   # auto's choice on CPU: eq. 12-13 run by the engine's fastest scan
+        y, S = _associative(q, k, v, a, h0, scan_mode="auto")
+    elif mode == "recurrent":
         y, S = _recurrent(q, k, v, a, h0)
     elif mode == "associative":
         y, S = _associative(q, k, v, a, h0)
