@@ -1,2 +1,202 @@
-"""(being written)"""
-__all__ = []
+"""Baseline attention blocks: the softmax Transformer and the Linear Transformer.
+
+Softmax attention (Vaswani et al. 2017): ``softmax(Q K^T / sqrt(d) + mask) V``, computed by
+``F.scaled_dot_product_attention`` (``is_causal=True`` for language models, no mask for a
+bidirectional classifier).
+
+Linear attention (Katharopoulos et al. 2020, "Transformers are RNNs", §3.2-3.3): replace the
+similarity ``exp(q.k)`` by ``phi(q).phi(k)`` with the feature map ``phi(x) = elu(x) + 1`` (> 0), so
+
+    y_i = phi(q_i)^T S_i / (phi(q_i)^T z_i),   S_i = sum_{j<=i} phi(k_j) v_j^T,   z_i = sum_{j<=i} phi(k_j)
+
+(causal: cumulative sums over ``j <= i``, the RNN view; non-causal: the global sums over all ``j``).
+Three causal forms compute the same function and are tested against each other:
+
+- ``"quadratic"``: the masked ``L x L`` matrix ``A_ij = phi(q_i).phi(k_j) [j <= i]``, rows divided by their sums;
+- ``"cumsum"``: ``S_i`` and ``z_i`` as cumulative sums (memory ``L * d * e``), literally the paper's recurrence;
+- ``"chunked"``: quadratic inside chunks of ``C`` tokens, the running state ``S`` carried between chunks
+  (memory ``L * C + (L / C) * d * e``): the default.
+
+The denominator ``phi(q_i).z_i`` is a sum of positive terms; it is clamped below by ``eps`` so that
+features that underflow (``elu(x) + 1 = exp(x)`` for ``x << 0``) never divide by zero.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from seqlab.ops._checks import check_mode, check_tensor
+
+__all__ = ["elu_feature_map", "linear_attention", "MLP", "TransformerBlock", "LinearTransformerBlock"]
+
+LINEAR_ATTENTION_MODES = ("quadratic", "cumsum", "chunked")
+
+
+def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
+    """``phi(x) = elu(x) + 1``: positive, ``~exp(x)`` for ``x < 0`` and ``x + 1`` for ``x >= 0``."""
+    return F.elu(x) + 1.0
+
+
+def _divide(num: torch.Tensor, den: torch.Tensor, eps: float) -> torch.Tensor:
+    # num: (..., L, e), den: (..., L) -- positive sums, clamped so that they never reach 0
+    return num / den.clamp_min(eps).unsqueeze(-1)
+
+
+def _linear_attention_quadratic(fq, fk, v, causal: bool, eps: float) -> torch.Tensor:
+    A = fq @ fk.transpose(-1, -2)                          # (..., L, L): phi(q_i).phi(k_j)
+    if causal:
+        L = A.shape[-1]
+        A = A * torch.ones(L, L, dtype=torch.bool, device=A.device).tril()
+    return _divide(A @ v, A.sum(-1), eps)
+
+
+def _linear_attention_cumsum(fq, fk, v, causal: bool, eps: float) -> torch.Tensor:
+    if not causal:
+        S = fk.transpose(-1, -2) @ v                      # (..., d, e) = sum_j phi(k_j) v_j^T
+        z = fk.sum(-2)                                    # (..., d)    = sum_j phi(k_j)
+        return _divide(fq @ S, (fq * z.unsqueeze(-2)).sum(-1), eps)
+    S = torch.cumsum(fk.unsqueeze(-1) * v.unsqueeze(-2), dim=-3)   # (..., L, d, e): S_i
+    z = torch.cumsum(fk, dim=-2)                                   # (..., L, d):    z_i
+    num = (fq.unsqueeze(-2) @ S).squeeze(-2)                       # (..., L, e):    phi(q_i)^T S_i
+    return _divide(num, (fq * z).sum(-1), eps)
+
+
+def _linear_attention_chunked(fq, fk, v, causal: bool, eps: float, chunk: int) -> torch.Tensor:
+    if not causal:
+        return _linear_attention_cumsum(fq, fk, v, False, eps)
+    *lead, L, d = fq.shape
+    e = v.shape[-1]
+    C = max(1, min(chunk, L))
+    pad = (-L) % C
+    if pad:  # zero features after the end: they add nothing to any sum, and come after every real token
+        fq, fk, v = (F.pad(t, (0, 0, 0, pad)) for t in (fq, fk, v))
+    N = (L + pad) // C
+    fq, fk, v = fq.reshape(*lead, N, C, d), fk.reshape(*lead, N, C, d), v.reshape(*lead, N, C, e)
+    A = (fq @ fk.transpose(-1, -2)) * torch.ones(C, C, dtype=torch.bool, device=fq.device).tril()  # (..., N, C, C)
+    kv = fk.transpose(-1, -2) @ v                          # (..., N, d, e): each chunk's sum of phi(k) v^T
+    S = torch.cumsum(kv, dim=-3) - kv                      # (..., N, d, e): state before the chunk
+    ks = fk.sum(-2)                                        # (..., N, d)
+    z = torch.cumsum(ks, dim=-2) - ks                      # (..., N, d):    normaliser before the chunk
+    num = A @ v + fq @ S                                   # (..., N, C, e)
+    den = A.sum(-1) + (fq @ z.unsqueeze(-1)).squeeze(-1)   # (..., N, C)
+    out = _divide(num, den, eps).reshape(*lead, N * C, e)
+    return out[..., :L, :]
+
+
+def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True,
+                     mode: str = "chunked", feature_map=elu_feature_map, eps: float = 1e-6,
+                     chunk: int = 64) -> torch.Tensor:
+    """Linear attention of Katharopoulos et al. 2020: ``q, k: (..., L, d)``, ``v: (..., L, e)`` -> ``(..., L, e)``.
+
+    ``mode``: ``"quadratic"`` (masked ``L x L`` matrix), ``"cumsum"`` (the recurrence as cumulative
+    sums), ``"chunked"`` (default). All three compute the same function.
+    """
+    check_mode("linear_attention", mode, LINEAR_ATTENTION_MODES)
+    check_tensor("q", q, min_ndim=2)
+    check_tensor("k", k, min_ndim=2)
+    check_tensor("v", v, min_ndim=2)
+    if q.shape != k.shape:
+        raise ValueError(f"k: expected the shape of q {tuple(q.shape)}, got {tuple(k.shape)}")
+    if v.shape[:-1] != q.shape[:-1]:
+        raise ValueError(f"v: expected shape {tuple(q.shape[:-1]) + ('e',)} (q's leading dims), got {tuple(v.shape)}")
+    fq, fk = feature_map(q), feature_map(k)
+    if mode == "quadratic":
+        return _linear_attention_quadratic(fq, fk, v, causal, eps)
+    if mode == "cumsum":
+        return _linear_attention_cumsum(fq, fk, v, causal, eps)
+    return _linear_attention_chunked(fq, fk, v, causal, eps, chunk)
+
+
+class MLP(nn.Module):
+    """``Linear(D, r*D) -> GELU -> Linear(r*D, D)``: the position-wise feed-forward layer."""
+
+    def __init__(self, d_model: int, mlp_ratio: float = 4.0, dropout: float = 0.0):
+        super().__init__()
+        hidden = int(round(mlp_ratio * d_model))
+        self.fc = nn.Linear(d_model, hidden)
+        self.proj = nn.Linear(hidden, d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.proj(F.gelu(self.fc(x))))
+
+
+class _AttentionBlock(nn.Module):
+    """Pre-norm residual block: ``x + attn(LN(x))`` then ``x + MLP(LN(x))``."""
+
+    def __init__(self, d_model: int, heads: int = 4, mlp_ratio: float = 4.0, dropout: float = 0.0,
+                 causal: bool = True):
+        super().__init__()
+        if not isinstance(heads, int) or heads < 1 or d_model % heads:
+            raise ValueError(f"heads: expected a positive int dividing d_model={d_model}, got {heads!r}")
+        self.d_model, self.heads, self.causal, self.dropout = d_model, heads, causal, dropout
+        self.norm1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.mlp = MLP(d_model, mlp_ratio, dropout)
+        self.drop = nn.Dropout(dropout)
+        for lin in (self.qkv, self.out, self.mlp.fc, self.mlp.proj):
+            nn.init.normal_(lin.weight, std=0.02)
+            nn.init.zeros_(lin.bias)
+
+    def heads_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(B, L, D)`` (already normalised) -> ``q, k, v`` of shape ``(B, H, L, D/H)``."""
+        B, L, D = x.shape
+        qkv = self.qkv(x).view(B, L, 3, self.heads, D // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)               # each (B, H, L, d)
+        return q, k, v
+
+    def mix(self, q, k, v) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_tensor("x", x, ndim=3)
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x: expected last dimension d_model={self.d_model}, got shape {tuple(x.shape)}")
+        B, L, D = x.shape
+        y = self.mix(*self.heads_qkv(self.norm1(x)))       # (B, H, L, d)
+        x = x + self.drop(self.out(y.transpose(1, 2).reshape(B, L, D)))
+        return x + self.mlp(self.norm2(x))
+
+
+class TransformerBlock(_AttentionBlock):
+    """Pre-norm softmax-attention block (``F.scaled_dot_product_attention``; causal unless ``causal=False``)."""
+
+    def mix(self, q, k, v) -> torch.Tensor:
+        p = self.dropout if self.training else 0.0
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal)
+
+    @torch.no_grad()
+    def attention_matrix(self, x: torch.Tensor) -> torch.Tensor:
+        """The softmax attention weights ``(B, H, L, L)`` this block applies to its input ``x`` (for pictures)."""
+        q, k, _ = self.heads_qkv(self.norm1(x))
+        scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+        if self.causal:
+            L = scores.shape[-1]
+            scores = scores.masked_fill(~torch.ones(L, L, dtype=torch.bool, device=x.device).tril(), float("-inf"))
+        return scores.softmax(-1)
+
+
+class LinearTransformerBlock(_AttentionBlock):
+    """Pre-norm linear-attention block (Katharopoulos et al. 2020, elu+1 features)."""
+
+    def __init__(self, d_model: int, heads: int = 4, mlp_ratio: float = 4.0, dropout: float = 0.0,
+                 causal: bool = True, mode: str = "chunked", chunk: int = 64):
+        super().__init__(d_model, heads, mlp_ratio, dropout, causal)
+        self.mode = check_mode("LinearTransformerBlock", mode, LINEAR_ATTENTION_MODES)
+        self.chunk = chunk
+
+    def mix(self, q, k, v) -> torch.Tensor:
+        return linear_attention(q, k, v, causal=self.causal, mode=self.mode, chunk=self.chunk)
+
+    @torch.no_grad()
+    def attention_matrix(self, x: torch.Tensor) -> torch.Tensor:
+        """The effective (normalised) linear-attention weights ``(B, H, L, L)`` (for pictures)."""
+        q, k, _ = self.heads_qkv(self.norm1(x))
+        A = elu_feature_map(q) @ elu_feature_map(k).transpose(-1, -2)
+        if self.causal:
+            L = A.shape[-1]
+            A = A * torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
+        return A / A.sum(-1, keepdim=True).clamp_min(1e-6)

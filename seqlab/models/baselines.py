@@ -1,1 +1,73 @@
-"""(being written)"""
+"""Baseline models: ``transformer`` (softmax attention) and ``linear-transformer`` (Katharopoulos et al. 2020).
+
+Both are :class:`SequenceModel` stacks of pre-norm blocks from ``seqlab.layers.attention`` with
+learned positions (up to ``max_len`` tokens), built as a causal language model
+(``num_classes=None``) or as a sequence classifier (``num_classes=C``, pooled ``"mean"`` or
+``"last"``; ``causal=False`` makes a classifier bidirectional)::
+
+    model = seqlab.models.build("transformer", vocab_size=30, d_model=64, depth=2, heads=4)
+"""
+from __future__ import annotations
+
+from seqlab.layers.attention import LinearTransformerBlock, TransformerBlock
+from seqlab.models.common import SequenceModel, scale_residual_init
+from seqlab.models.registry import register
+
+__all__ = ["build_transformer", "build_linear_transformer"]
+
+DEFAULT_MAX_LEN = 512
+
+
+def _max_len(max_len: int | None, seq_len: int | None) -> int:
+    if max_len is None:
+        return max(DEFAULT_MAX_LEN, seq_len or 0)
+    if not isinstance(max_len, int) or max_len < 1:
+        raise ValueError(f"max_len: expected a positive int, got {max_len!r}")
+    if seq_len is not None and seq_len > max_len:
+        raise ValueError(f"max_len: seq_len {seq_len} is longer than max_len {max_len}; pass max_len>={seq_len}")
+    return max_len
+
+
+def _check_config(d_model, depth, pool, causal, num_classes) -> None:
+    if not isinstance(d_model, int) or d_model < 1:
+        raise ValueError(f"d_model: expected a positive int, got {d_model!r}")
+    if not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"depth: expected a positive int, got {depth!r}")
+    if pool not in ("mean", "last"):
+        raise ValueError(f"pool: expected 'mean' or 'last', got {pool!r}")
+    if num_classes is None and not causal:
+        raise ValueError("causal: a language model (num_classes=None) must be causal; "
+                         "causal=False is for classifiers (pass num_classes=C)")
+
+
+def _stack(block_cls, *, vocab_size, num_classes, seq_len, d_model, depth, max_len, pool, causal, **block_kw):
+    _check_config(d_model, depth, pool, causal, num_classes)
+    blocks = [block_cls(d_model, causal=causal, **block_kw) for _ in range(depth)]
+    for block in blocks:  # output projections scaled by sqrt(#residual connections) (paper 001, App. D)
+        scale_residual_init(block.out, 2 * depth)
+        scale_residual_init(block.mlp.proj, 2 * depth)
+    return SequenceModel(vocab_size=vocab_size, d_model=d_model, blocks=blocks, num_classes=num_classes,
+                         seq_len=None, max_len=_max_len(max_len, seq_len), learned_positions=True,
+                         pool=pool, causal=causal)
+
+
+@register("transformer")
+def build_transformer(*, vocab_size: int, num_classes: int | None = None, seq_len: int | None = None,
+                      d_model: int = 64, depth: int = 2, heads: int = 4, mlp_ratio: float = 4.0,
+                      dropout: float = 0.0, max_len: int | None = None, causal: bool = True,
+                      pool: str = "mean") -> SequenceModel:
+    """Pre-norm softmax Transformer with learned positions (``max_len`` default 512, or ``seq_len`` if longer)."""
+    return _stack(TransformerBlock, vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len,
+                  d_model=d_model, depth=depth, max_len=max_len, pool=pool, causal=causal,
+                  heads=heads, mlp_ratio=mlp_ratio, dropout=dropout)
+
+
+@register("linear-transformer")
+def build_linear_transformer(*, vocab_size: int, num_classes: int | None = None, seq_len: int | None = None,
+                             d_model: int = 64, depth: int = 2, heads: int = 4, mlp_ratio: float = 4.0,
+                             dropout: float = 0.0, max_len: int | None = None, causal: bool = True,
+                             pool: str = "mean", mode: str = "chunked", chunk: int = 64) -> SequenceModel:
+    """Pre-norm Linear Transformer (elu+1 features; causal by cumulative sums, chunked) with learned positions."""
+    return _stack(LinearTransformerBlock, vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len,
+                  d_model=d_model, depth=depth, max_len=max_len, pool=pool, causal=causal,
+                  heads=heads, mlp_ratio=mlp_ratio, dropout=dropout, mode=mode, chunk=chunk)

@@ -1,0 +1,456 @@
+"""Training and evaluation: ``fit`` / ``evaluate``, histories, callbacks and checkpoints.
+
+``fit(model, task, steps=, batch_size=, lr=)`` runs AdamW with a linear warm-up followed by a
+cosine decay, clips the gradient norm, shows a ``tqdm.auto`` progress bar and returns a
+:class:`History` of per-step records::
+
+    {"step": 12, "split": "train", "loss": 1.93, "accuracy": 0.41, "lr": 3e-3,
+     "tokens_per_s": 5.1e4, "time": 0.8}
+
+plus one record per periodic evaluation (``"split"`` is the evaluated split, e.g. ``"test"``, and
+the record holds every metric of :func:`evaluate`).
+
+Callback protocol
+-----------------
+A callback is any callable ``cb(history, record)``. ``fit`` calls it after each training step's
+record has been appended to ``history.records`` and after each evaluation record
+(``record["split"]`` is ``"train"`` or the evaluated split's name). A callback may in addition
+define ``on_fit_start(model, task)`` and ``on_fit_end(history)``; ``fit`` calls them when present.
+Raising :class:`StopTraining` from a callback ends training cleanly after the current step
+(a checkpoint is written first when ``checkpoint=`` is given).
+
+Reproducibility
+---------------
+The batch of step ``s`` is a pure function of ``(seed, s)`` (see :func:`batch_indices`): the
+examples of a split are visited in epochs, each epoch a permutation seeded by ``(seed, epoch)``.
+The learning rate is a pure function of the step. A checkpoint holds the model, the optimizer,
+the step, the history and the RNG states, so that ``fit(..., checkpoint=path, resume=True)``
+continues the same run bit-for-bit on CPU.
+"""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+from functools import lru_cache
+from typing import Callable, Iterable
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from seqlab import config
+from seqlab.tasks.base import IGNORE, Task
+
+__all__ = ["fit", "evaluate", "History", "StopTraining", "check_compatible", "lr_at", "batch_indices",
+           "save_checkpoint", "load_checkpoint", "model_device", "PrintCallback"]
+
+
+class StopTraining(Exception):
+    """Raise from a callback to end ``fit`` after the current step."""
+
+
+# ----------------------------------------------------------------------------- history
+
+
+class History:
+    """Metric records of one training run.
+
+    ``records``: list of dicts in the order they happened (train steps and evaluations).
+    ``final``: the metrics of the evaluation at the end of ``fit`` (``None`` if there was none).
+    """
+
+    def __init__(self, records: list[dict] | None = None, final: dict | None = None, config: dict | None = None):
+        self.records: list[dict] = list(records or [])
+        self.final: dict | None = final
+        self.config: dict = dict(config or {})
+
+    def append(self, record: dict) -> None:
+        self.records.append(record)
+
+    def split(self, name: str = "train") -> list[dict]:
+        """All records of one split (``"train"`` or an evaluated split)."""
+        return [r for r in self.records if r.get("split") == name]
+
+    def series(self, key: str, split: str = "train") -> tuple[list[int], list[float]]:
+        """``(steps, values)`` of one metric, for plotting."""
+        rows = [r for r in self.split(split) if key in r]
+        return [r["step"] for r in rows], [r[key] for r in rows]
+
+    def train_loss(self) -> list[float]:
+        return self.series("loss", "train")[1]
+
+    def train_accuracy(self) -> list[float]:
+        return self.series("accuracy", "train")[1]
+
+    def last(self, key: str = "loss", split: str = "train"):
+        """The latest value of ``key`` in ``split`` (``None`` if never recorded)."""
+        for r in reversed(self.records):
+            if r.get("split") == split and key in r:
+                return r[key]
+        return None
+
+    @property
+    def steps(self) -> int:
+        train = self.split("train")
+        return train[-1]["step"] if train else 0
+
+    def to_frame(self):
+        """A ``pandas.DataFrame`` of all records (pandas is imported only here)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __repr__(self) -> str:
+        final = ", ".join(f"{k}={v:.4f}" for k, v in (self.final or {}).items() if isinstance(v, float))
+        return f"History(steps={self.steps}, records={len(self.records)}{', final: ' + final if final else ''})"
+
+
+class PrintCallback:
+    """Print a one-line summary every ``every`` steps and after each evaluation (for terminals)."""
+
+    def __init__(self, every: int = 100, print_fn: Callable[[str], None] = print):
+        self.every, self.print_fn = every, print_fn
+
+    def __call__(self, history: History, record: dict) -> None:
+        if record["split"] != "train":
+            metrics = " ".join(f"{k}={v:.4f}" for k, v in record.items() if k not in ("step", "split")
+                               and isinstance(v, float))
+            self.print_fn(f"step {record['step']:>6} | {record['split']}: {metrics}")
+        elif record["step"] % self.every == 0:
+            self.print_fn(f"step {record['step']:>6} | train loss {record['loss']:.4f} acc {record['accuracy']:.4f} "
+                          f"lr {record['lr']:.2e} {record['tokens_per_s']:.0f} tok/s")
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _model_name(model: nn.Module) -> str:
+    return getattr(model, "model_name", type(model).__name__)
+
+
+def check_compatible(model: nn.Module, task: Task) -> None:
+    """Raise a ``ValueError`` naming both sizes when ``model`` cannot be trained on ``task``.
+
+    Checked: the input vocabulary, language model vs classifier and the number of classes, and
+    the sequence length against a model's fixed ``seq_len`` or its longest ``max_len``.
+    """
+    name, tname = _model_name(model), task.name
+    m_vocab = getattr(model, "vocab_size", None)
+    if m_vocab is not None and task.vocab_size > m_vocab:
+        raise ValueError(f"task {tname!r} has vocab_size {task.vocab_size} but model {name!r} was built with "
+                         f"vocab_size {m_vocab}; build the model with vocab_size={task.vocab_size}")
+    m_classes = getattr(model, "num_classes", None)
+    if task.is_language_model and m_classes is not None:
+        raise ValueError(f"task {tname!r} is a language-model task (num_classes None: a token to predict at every "
+                         f"position) but model {name!r} is a classifier with num_classes {m_classes}; "
+                         f"build it with num_classes=None")
+    if not task.is_language_model:
+        if m_classes is None and hasattr(model, "num_classes"):
+            raise ValueError(f"task {tname!r} is a classification task with num_classes {task.num_classes} but "
+                             f"model {name!r} is a language model (num_classes None); "
+                             f"build it with num_classes={task.num_classes}")
+        if m_classes is not None and m_classes != task.num_classes:
+            raise ValueError(f"task {tname!r} has num_classes {task.num_classes} but model {name!r} was built with "
+                             f"num_classes {m_classes}")
+    m_seq = getattr(model, "seq_len", None)
+    if m_seq is not None and m_seq != task.seq_len:
+        raise ValueError(f"task {tname!r} has seq_len {task.seq_len} but model {name!r} was built for a fixed "
+                         f"seq_len {m_seq}; build it with seq_len={task.seq_len}")
+    m_max = getattr(model, "max_len", None)
+    if m_max is not None and task.seq_len > m_max:
+        raise ValueError(f"task {tname!r} has seq_len {task.seq_len} but model {name!r} accepts at most "
+                         f"max_len {m_max}; build it with max_len>={task.seq_len}")
+
+
+def model_device(model: nn.Module) -> torch.device:
+    for p in model.parameters():
+        return p.device
+    for b in model.buffers():
+        return b.device
+    return torch.device("cpu")
+
+
+# ----------------------------------------------------------------------------- schedule and batches
+
+
+def lr_at(step: int, *, lr: float, steps: int, warmup: int, final_lr_ratio: float = 0.1) -> float:
+    """Learning rate of (0-based) ``step``: linear warm-up over ``warmup`` steps, then cosine decay
+    from ``lr`` to ``final_lr_ratio * lr`` at the last step."""
+    if warmup > 0 and step < warmup:
+        return lr * (step + 1) / warmup
+    span = max(1, steps - warmup - 1)
+    progress = min(1.0, (step - warmup) / span)
+    return lr * (final_lr_ratio + (1 - final_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+@lru_cache(maxsize=4)
+def _epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
+    # A 64-bit seed mixed from (seed, epoch): independent streams, no collisions between pairs.
+    mixed = int(np.random.SeedSequence([seed, epoch]).generate_state(2, dtype=np.uint32).view(np.uint64)[0])
+    g = torch.Generator().manual_seed(mixed & 0x7FFF_FFFF_FFFF_FFFF)
+    return torch.randperm(n, generator=g)
+
+
+def batch_indices(n: int, batch_size: int, seed: int, step: int) -> torch.Tensor:
+    """Example indices of the batch at (0-based) ``step``: a pure function of ``(seed, step)``.
+
+    The split is read as an endless stream of epochs, each a permutation seeded by
+    ``(seed, epoch)``; step ``s`` takes the examples ``s*B ... s*B + B - 1`` of that stream.
+    """
+    parts, pos, need = [], step * batch_size, batch_size
+    while need > 0:
+        epoch, offset = divmod(pos, n)
+        take = _epoch_permutation(n, seed, epoch)[offset:offset + need]
+        parts.append(take)
+        pos, need = pos + len(take), need - len(take)
+    return torch.cat(parts)
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
+    """``torch.save`` to a temporary file in the same folder, then ``os.replace`` (atomic)."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(state, fh)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    return torch.load(os.fspath(path), map_location="cpu", weights_only=True)
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ----------------------------------------------------------------------------- evaluate
+
+
+def _batch_to(batch: dict, device: torch.device) -> dict:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def _count(task: Task, batch: dict) -> int:
+    """How many scored items the task's mean loss averages over in this batch."""
+    labels = batch["labels"]
+    return int((labels != IGNORE).sum()) if task.is_language_model else int(labels.shape[0])
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, task: Task, split: str = "test", batch_size: int = 256) -> dict:
+    """Metrics of ``model`` over a whole split: always ``"loss"`` and ``"accuracy"``, plus every
+    other metric of ``task.metrics`` (e.g. ``"sequence_accuracy"``) and of the task's optional
+    ``extra_metrics(model, split)`` hook. Sums and counts are aggregated exactly over the split."""
+    check_compatible(model, task)
+    device = model_device(model)
+    was_training = model.training
+    model.eval()
+    try:
+        loss_sum, loss_count = 0.0, 0
+        sums: dict[str, list] = {}
+        for batch in task.batches(split, batch_size):
+            batch = _batch_to(batch, device)
+            logits = model(batch["input_ids"])
+            count = _count(task, batch)
+            if count:
+                loss_sum += float(task.loss(logits, batch)) * count
+                loss_count += count
+            for key, (s, c) in task.metrics(logits, batch).items():
+                acc = sums.setdefault(key, [0.0, 0])
+                acc[0] += s
+                acc[1] += c
+        out = {"loss": loss_sum / max(1, loss_count)}
+        out.update({k: s / max(1, c) for k, (s, c) in sums.items()})
+        extra = getattr(task, "extra_metrics", None)
+        if callable(extra):
+            out.update(extra(model, split))
+        return out
+    finally:
+        model.train(was_training)
+
+
+# ----------------------------------------------------------------------------- fit
+
+
+def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Weight decay on matrices (dim >= 2) only; biases, norms' gains and scalars are not decayed."""
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (decay if p.dim() >= 2 else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _call_hook(callbacks: Iterable, hook: str, *args) -> None:
+    for cb in callbacks:
+        fn = getattr(cb, hook, None)
+        if callable(fn):
+            fn(*args)
+
+
+_RUN_KEYS = ("steps", "batch_size", "lr", "seed", "weight_decay", "warmup", "clip", "final_lr_ratio")
+
+
+def fit(model: nn.Module, task: Task, *, steps: int, batch_size: int, lr: float, device: str | torch.device = "auto",
+        seed: int = 0, callbacks: Iterable[Callable] = (), weight_decay: float = 0.01, warmup: int | None = None,
+        clip: float | None = 1.0, final_lr_ratio: float = 0.1, eval_every: int | None = None,
+        eval_split: str | None = "test", eval_batch_size: int = 256, final_eval: bool = True,
+        checkpoint: str | os.PathLike | None = None, checkpoint_every: int | None = None, resume: bool = False,
+        progress: bool = True, desc: str | None = None) -> History:
+    """Train ``model`` on ``task.splits["train"]`` for ``steps`` optimizer steps.
+
+    AdamW (``lr``, ``weight_decay`` on matrices), learning rate warmed up linearly over ``warmup``
+    steps (default ``min(100, steps // 10)``) then cosine-decayed to ``final_lr_ratio * lr``;
+    gradient norm clipped to ``clip`` (``None``: no clipping). ``seed`` fixes the batch order and
+    the torch RNG (dropout). Every ``eval_every`` steps, and once at the end (``final_eval``),
+    ``evaluate`` runs on ``eval_split``; the last one is ``history.final``.
+
+    ``checkpoint=path`` writes the run's state there every ``checkpoint_every`` steps and at the
+    end (atomically). With ``resume=True`` and an existing file, training continues from it: the
+    result is bit-for-bit the run that was never interrupted (on CPU).
+    """
+    _check_fit_args(steps=steps, batch_size=batch_size, lr=lr, eval_every=eval_every,
+                    checkpoint_every=checkpoint_every, seed=seed)
+    if resume and checkpoint is None:
+        raise ValueError("resume: resume=True needs checkpoint=PATH")
+    check_compatible(model, task)
+    if "train" not in task.splits:
+        raise ValueError(f"task {task.name!r} has no 'train' split (splits: {sorted(task.splits)})")
+    if eval_split is not None and eval_split not in task.splits:
+        raise ValueError(f"eval_split: task {task.name!r} has splits {sorted(task.splits)}, got {eval_split!r}")
+    warmup = min(100, steps // 10) if warmup is None else int(warmup)
+    callbacks = tuple(callbacks)
+    dev = config.device(device)
+    model.to(dev)
+    run = {"steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed, "weight_decay": weight_decay,
+           "warmup": warmup, "clip": clip, "final_lr_ratio": final_lr_ratio, "model": _model_name(model),
+           "task": task.name}
+    optimizer = torch.optim.AdamW(_param_groups(model, weight_decay), lr=lr, betas=(0.9, 0.95))
+    history = History(config=run)
+    start = 0
+    if resume and os.path.exists(checkpoint):
+        start = _restore(checkpoint, model, optimizer, history, run)
+    else:
+        torch.manual_seed(seed)
+    n_train = task.size("train")
+    use_amp = dev.type == "cuda" and config.dtype("auto", dev) == torch.bfloat16
+    model.train()
+    _call_hook(callbacks, "on_fit_start", model, task)
+
+    def snapshot(step: int) -> None:
+        if checkpoint is not None:
+            save_checkpoint(checkpoint, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                         "step": step, "run": run, "records": history.records, "rng": _rng_state()})
+
+    def emit(record: dict) -> None:
+        history.append(record)
+        for cb in callbacks:
+            cb(history, record)
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=steps, initial=start, disable=not progress, desc=desc or f"{run['model']} on {task.name}",
+               dynamic_ncols=True, leave=True)
+    step, t0 = start, time.perf_counter()
+    try:
+        for step in range(start, steps):
+            t_step = time.perf_counter()
+            lr_now = lr_at(step, lr=lr, steps=steps, warmup=warmup, final_lr_ratio=final_lr_ratio)
+            for group in optimizer.param_groups:
+                group["lr"] = lr_now
+            batch = _batch_to(task.batch_at("train", batch_indices(n_train, batch_size, seed, step)), dev)
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=use_amp):
+                logits = model(batch["input_ids"])
+            loss = task.loss(logits, batch)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"fit: the training loss became {float(loss)} at step {step + 1} "
+                                         f"(lr {lr_now:.3g}); lower lr or check the model's numerics")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), clip)
+            optimizer.step()
+            s, c = task.metrics(logits.detach(), batch)["accuracy"]
+            elapsed = time.perf_counter() - t_step
+            record = {"step": step + 1, "split": "train", "loss": float(loss.detach()), "accuracy": s / max(1, c),
+                      "lr": lr_now, "tokens_per_s": batch["input_ids"].numel() / max(elapsed, 1e-9),
+                      "time": time.perf_counter() - t0}
+            bar.update(1)
+            bar.set_postfix(loss=f"{record['loss']:.4f}", acc=f"{record['accuracy']:.3f}", refresh=False)
+            stop = False
+            try:
+                emit(record)
+                if eval_every and eval_split and (step + 1) % eval_every == 0 and step + 1 < steps:
+                    emit({"step": step + 1, "split": eval_split,
+                          **evaluate(model, task, eval_split, batch_size=eval_batch_size)})
+            except StopTraining:
+                stop = True
+            if checkpoint is not None and (stop or (checkpoint_every and (step + 1) % checkpoint_every == 0)):
+                snapshot(step + 1)
+            if stop:
+                break
+        else:
+            if final_eval and eval_split:
+                history.final = evaluate(model, task, eval_split, batch_size=eval_batch_size)
+                if start < steps:  # a finished run that is resumed again already holds this record
+                    emit({"step": steps, "split": eval_split, **history.final})
+            if checkpoint is not None:
+                snapshot(steps)
+    finally:
+        bar.close()
+    _call_hook(callbacks, "on_fit_end", history)
+    return history
+
+
+def _check_fit_args(**kw) -> None:
+    for name in ("steps", "batch_size"):
+        v = kw[name]
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}: expected a positive int, got {v!r}")
+    if not isinstance(kw["lr"], (int, float)) or not kw["lr"] > 0:
+        raise ValueError(f"lr: expected a positive number, got {kw['lr']!r}")
+    for name in ("eval_every", "checkpoint_every"):
+        v = kw[name]
+        if v is not None and (not isinstance(v, int) or v < 1):
+            raise ValueError(f"{name}: expected None or a positive int, got {v!r}")
+    if not isinstance(kw["seed"], int) or kw["seed"] < 0:
+        raise ValueError(f"seed: expected a non-negative int, got {kw['seed']!r}")
+
+
+def _restore(path, model: nn.Module, optimizer: torch.optim.Optimizer, history: History, run: dict) -> int:
+    state = load_checkpoint(path)
+    saved = state["run"]
+    diff = [f"{k}: checkpoint {saved.get(k)!r}, now {run.get(k)!r}" for k in _RUN_KEYS + ("model", "task")
+            if saved.get(k) != run.get(k)]
+    if diff:
+        raise ValueError(f"resume: the checkpoint {os.fspath(path)!r} belongs to a different run; "
+                         f"differences: {'; '.join(diff)}")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    history.records.extend(state["records"])
+    _set_rng_state(state["rng"])
+    return int(state["step"])
