@@ -1,1 +1,86 @@
-"""(being written)"""
+"""Models ``lrnn`` (LRNN-only blocks) and ``fst`` (Feature-Sequence Twist blocks) of paper 002.
+
+Both embed tokens into ``hidden`` features, stack ``depth`` blocks from ``seqlab.layers.lrnn``,
+apply a final LayerNorm and either predict a class from the **last position** (002 §3.2: "the
+target prediction is the output of the final element of the generated sequence") or, with
+``num_classes=None``, act as a causal language model.
+
+FST has a fixed sequence length (002 §4), given by ``seq_len``. The padding rule for a shorter
+input of length ``L < seq_len``: ``seq_len - L`` zero feature vectors are added after the
+embedding —
+
+- classifier: **in front** (as Algorithm 1, step 1 pads), so the last position is the last real token;
+- language model: **behind**, so the padding lies in the future of every real token and the
+  causal model cannot see it; the logits of the ``L`` real positions are returned.
+
+A longer input is an error.
+"""
+from __future__ import annotations
+
+import torch
+
+from seqlab.layers.lrnn import FSTBlock, LRNNBlock
+from seqlab.models.common import SequenceModel
+from seqlab.models.registry import register
+
+__all__ = ["FSTModel", "build_lrnn", "build_fst"]
+
+
+class FSTModel(SequenceModel):
+    """``SequenceModel`` with FST blocks and the fixed-length padding rule of the module docstring."""
+
+    def check_tokens(self, tokens: torch.Tensor) -> None:
+        if isinstance(tokens, torch.Tensor) and tokens.dim() == 2 and tokens.shape[1] > self.seq_len:
+            raise ValueError(f"tokens: FST has a fixed sequence length seq_len={self.seq_len}; got length "
+                             f"{tokens.shape[1]} (truncate the input or build the model with a larger seq_len)")
+        super().check_tokens(tokens)
+
+    def features(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.check_tokens(tokens)
+        x = self.embed_tokens(tokens)                       # (B, L, D)
+        length, pad = x.shape[1], self.seq_len - x.shape[1]
+        if pad:
+            zeros = x.new_zeros(x.shape[0], pad, x.shape[2])
+            x = torch.cat([x, zeros], 1) if self.is_language_model else torch.cat([zeros, x], 1)
+        for block in self.blocks:
+            x = block(x)                                     # (B, seq_len, D)
+        x = x[:, :length] if self.is_language_model else x[:, pad:]
+        return self.norm(x)
+
+
+def _check_config(hidden: int, depth: int) -> None:
+    if not isinstance(hidden, int) or hidden < 1:
+        raise ValueError(f"hidden: expected a positive int, got {hidden!r}")
+    if not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"depth: expected a positive int, got {depth!r}")
+
+
+@register("lrnn")
+def build_lrnn(*, vocab_size: int, num_classes: int | None = None, seq_len: int | None = None, hidden: int = 64,
+               depth: int = 2, norm: bool = True, mode: str = "auto", r_min: float = 0.9, r_max: float = 0.999,
+               gamma_norm: bool = True) -> SequenceModel:
+    """LRNN-only blocks (002 §3.5 ablation). Any length; causal, so it is also a language model."""
+    _check_config(hidden, depth)
+    blocks = [LRNNBlock(hidden, norm=norm, mode=mode, r_min=r_min, r_max=r_max, gamma_norm=gamma_norm)
+              for _ in range(depth)]
+    return SequenceModel(vocab_size=vocab_size, d_model=hidden, blocks=blocks, num_classes=num_classes,
+                         seq_len=None, pool="last", causal=True, embed_std=1.0)
+
+
+@register("fst")
+def build_fst(*, vocab_size: int, num_classes: int | None = None, seq_len: int | None = None, hidden: int = 64,
+              depth: int = 2, causal: bool | None = None, norm: bool = True, mode: str = "auto", r_min: float = 0.9,
+              r_max: float = 0.999, gamma_norm: bool = True) -> FSTModel:
+    """FST blocks (002 Fig. 1). ``seq_len`` is required. ``causal`` defaults to ``num_classes is None``
+    (a language model must be causal; a classifier uses the paper's unmasked twist)."""
+    _check_config(hidden, depth)
+    if seq_len is None:
+        raise ValueError("seq_len: the fst model has a fixed sequence length (002 §4); pass seq_len=L")
+    if causal is None:
+        causal = num_classes is None
+    if num_classes is None and not causal:
+        raise ValueError("causal: a language model (num_classes=None) needs the causal FST; got causal=False")
+    blocks = [FSTBlock(hidden, seq_len, causal=causal, norm=norm, mode=mode, r_min=r_min, r_max=r_max,
+                       gamma_norm=gamma_norm) for _ in range(depth)]
+    return FSTModel(vocab_size=vocab_size, d_model=hidden, blocks=blocks, num_classes=num_classes,
+                    seq_len=seq_len, max_len=seq_len, pool="last", causal=causal, embed_std=1.0)
