@@ -1,0 +1,179 @@
+"""seqlab.train: schedule, batches, evaluate's exact aggregation, callbacks, checkpoint + resume, mismatch errors."""
+import math
+import os
+
+import pytest
+import torch
+
+from seqlab import models, tasks, train
+from seqlab.config import seed_everything
+from seqlab.tasks.base import IGNORE
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Tiny models: one intra-op thread avoids OpenMP spin-waiting on a shared 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def small_copy():
+    # 40 training strings, batch 8: epochs wrap every 5 steps, so resumption crosses an epoch boundary
+    return tasks.copying(min_len=2, max_len=4, alphabet=6, train_size=40, test_size=24, autoregressive_n=8)
+
+
+def tiny(task, seed=0, **kw):
+    seed_everything(seed)
+    cfg = dict(d_model=16, depth=1, heads=2, mlp_ratio=2.0)
+    cfg.update(kw)
+    return models.build("transformer", vocab_size=task.vocab_size, **cfg)
+
+
+def test_lr_schedule_warmup_then_cosine():
+    lrs = [train.lr_at(s, lr=1.0, steps=50, warmup=10, final_lr_ratio=0.1) for s in range(50)]
+    assert lrs[:10] == [(s + 1) / 10 for s in range(10)]            # linear warm-up to the peak
+    assert lrs[10] == pytest.approx(1.0)
+    assert lrs[-1] == pytest.approx(0.1)                            # cosine down to final_lr_ratio * lr
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))          # monotone decay
+    mid = 10 + (50 - 10 - 1) / 2                                    # cosine is halfway at the middle step
+    assert train.lr_at(int(mid), lr=1.0, steps=50, warmup=10) == pytest.approx(
+        0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (int(mid) - 10) / 39)))
+
+
+def test_batches_are_a_pure_function_of_seed_and_step_and_cover_each_epoch():
+    n, B = 10, 4
+    first = [train.batch_indices(n, B, seed=3, step=s) for s in range(5)]
+    again = [train.batch_indices(n, B, seed=3, step=s) for s in reversed(range(5))][::-1]
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    stream = torch.cat(first)                                       # 20 indices = two epochs of 10
+    assert sorted(stream[:10].tolist()) == list(range(10))
+    assert sorted(stream[10:].tolist()) == list(range(10))
+    assert not torch.equal(stream[:10], stream[10:])                # each epoch has its own permutation
+    assert not torch.equal(train.batch_indices(n, B, seed=4, step=0), first[0])
+
+
+def test_evaluate_aggregates_exactly_over_batches(small_copy):
+    model = tiny(small_copy)
+    a = train.evaluate(model, small_copy, "test", batch_size=5)
+    b = train.evaluate(model, small_copy, "test", batch_size=1000)
+    for key in ("loss", "accuracy", "sequence_accuracy", "autoregressive_accuracy"):
+        assert a[key] == pytest.approx(b[key], rel=1e-6, abs=1e-9), key
+    # the same numbers from the whole split at once, computed directly
+    data = small_copy.tensors("test")
+    with torch.no_grad():
+        logits = model(data["input_ids"])
+    mask = data["labels"] != IGNORE
+    loss = torch.nn.functional.cross_entropy(logits[mask], data["labels"][mask])
+    acc = (logits.argmax(-1)[mask] == data["labels"][mask]).float().mean()
+    assert a["loss"] == pytest.approx(float(loss), rel=1e-5)
+    assert a["accuracy"] == pytest.approx(float(acc), rel=1e-6)
+    assert model.training                                           # evaluate restores the mode
+
+
+def test_fit_records_callbacks_and_final(small_copy):
+    model = tiny(small_copy)
+    seen, hooks = [], []
+
+    class Recorder:
+        def __call__(self, history, record):
+            assert history.records[-1] is record                   # called after the record is appended
+            seen.append(record["split"])
+
+        def on_fit_start(self, model_, task_):
+            hooks.append(("start", model_ is model, task_ is small_copy))
+
+        def on_fit_end(self, history):
+            hooks.append(("end", len(history.records)))
+
+    h = train.fit(model, small_copy, steps=6, batch_size=8, lr=1e-2, eval_every=3, callbacks=[Recorder()],
+                  progress=False)
+    assert seen == ["train"] * 3 + ["test"] + ["train"] * 3 + ["test"]
+    assert hooks == [("start", True, True), ("end", 8)]
+    assert [r["step"] for r in h.split("train")] == list(range(1, 7))
+    for r in h.split("train"):
+        assert set(r) >= {"step", "split", "loss", "accuracy", "lr", "tokens_per_s"}
+        assert math.isfinite(r["loss"]) and 0 <= r["accuracy"] <= 1 and r["tokens_per_s"] > 0
+    assert h.final == {k: v for k, v in h.records[-1].items() if k not in ("step", "split")}
+    assert h.final == train.evaluate(model, small_copy, "test")
+    assert h.last("loss") == h.train_loss()[-1] and len(h.train_loss()) == 6
+
+
+def test_training_reduces_the_loss(small_copy):
+    model = tiny(small_copy)
+    before = train.evaluate(model, small_copy, "train")["loss"]
+    h = train.fit(model, small_copy, steps=30, batch_size=8, lr=1e-2, progress=False, eval_split=None)
+    assert h.final is None
+    assert train.evaluate(model, small_copy, "train")["loss"] < 0.8 * before
+
+
+def test_resume_reproduces_the_uninterrupted_run_exactly(small_copy, tmp_path):
+    N = 12
+    kw = dict(steps=N, batch_size=8, lr=1e-2, seed=5, progress=False, eval_every=4)
+    # dropout on: the torch RNG state must be saved and restored too
+    full_model = tiny(small_copy, dropout=0.1)
+    full = train.fit(full_model, small_copy, **kw)
+
+    def stop_half_way(history, record):
+        if record["split"] == "train" and record["step"] == N // 2:
+            raise train.StopTraining
+
+    path = tmp_path / "run.pt"
+    first = train.fit(tiny(small_copy, dropout=0.1), small_copy, checkpoint=path, callbacks=[stop_half_way], **kw)
+    assert first.steps == N // 2 and first.final is None
+    assert os.listdir(tmp_path) == ["run.pt"]                      # atomic write: no temporary files left
+
+    fresh = tiny(small_copy, seed=123, dropout=0.1)                  # different initial weights: all come from the file
+    resumed = train.fit(fresh, small_copy, checkpoint=path, resume=True, **kw)
+    assert resumed.train_loss() == full.train_loss()                 # exact equality, every step
+    assert [r["lr"] for r in resumed.split("train")] == [r["lr"] for r in full.split("train")]
+    assert resumed.final == full.final
+    for (name, a), (_, b) in zip(full_model.state_dict().items(), fresh.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_resume_refuses_a_different_run(small_copy, tmp_path):
+    path = tmp_path / "run.pt"
+    train.fit(tiny(small_copy), small_copy, steps=2, batch_size=8, lr=1e-2, checkpoint=path, progress=False)
+    with pytest.raises(ValueError, match=r"batch_size: checkpoint 8, now 4"):
+        train.fit(tiny(small_copy), small_copy, steps=2, batch_size=4, lr=1e-2, checkpoint=path, resume=True,
+                  progress=False)
+
+
+def test_mismatched_vocabulary_names_both_sizes():
+    task = tasks.copying()                                           # vocab 30
+    model = models.build("transformer", vocab_size=20, d_model=16, depth=1, heads=2)
+    msg = r"task 'copying' has vocab_size 30 but model 'transformer' was built with vocab_size 20"
+    with pytest.raises(ValueError, match=msg):
+        train.fit(model, task, steps=1, batch_size=2, lr=1e-3, progress=False)
+    with pytest.raises(ValueError, match=msg):
+        train.evaluate(model, task)
+
+
+def test_mismatched_classes_and_lengths_name_both_sizes():
+    copy_task, digit_task = tasks.copying(), tasks.digits()
+    clf3 = models.build("transformer", vocab_size=30, num_classes=3, d_model=16, depth=1, heads=2)
+    with pytest.raises(ValueError, match=r"language-model task .* classifier with num_classes 3"):
+        train.fit(clf3, copy_task, steps=1, batch_size=2, lr=1e-3, progress=False)
+    with pytest.raises(ValueError, match=r"task 'digits' has num_classes 10 but model 'transformer' was built "
+                                         r"with num_classes 3"):
+        train.fit(clf3, digit_task, steps=1, batch_size=2, lr=1e-3, progress=False)
+    lm = models.build("transformer", vocab_size=17, d_model=16, depth=1, heads=2)
+    with pytest.raises(ValueError, match=r"classification task with num_classes 10 .* language model"):
+        train.fit(lm, digit_task, steps=1, batch_size=2, lr=1e-3, progress=False)
+    short = models.build("linear-transformer", vocab_size=30, d_model=16, depth=1, heads=2, max_len=10)
+    with pytest.raises(ValueError, match=r"task 'copying' has seq_len 18 but model 'linear-transformer' accepts "
+                                         r"at most max_len 10"):
+        train.fit(short, copy_task, steps=1, batch_size=2, lr=1e-3, progress=False)
+
+
+def test_bad_arguments_are_named(small_copy):
+    model = tiny(small_copy)
+    with pytest.raises(ValueError, match="steps: expected a positive int, got 0"):
+        train.fit(model, small_copy, steps=0, batch_size=2, lr=1e-3)
+    with pytest.raises(ValueError, match="eval_split: .* got 'valid'"):
+        train.fit(model, small_copy, steps=1, batch_size=2, lr=1e-3, eval_split="valid")
+    with pytest.raises(ValueError, match="resume=True needs checkpoint"):
+        train.fit(model, small_copy, steps=1, batch_size=2, lr=1e-3, resume=True)
