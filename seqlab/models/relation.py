@@ -1,1 +1,89 @@
-"""(being written)"""
+"""CausalRN, Linear CausalRN and BiRN models (papers 000 and 001).
+
+``build("causalrn")``: quadratic CausalRN with exact pre-activation normalisation (001 §2: the
+  configuration that copies like a Transformer).
+``build("linear-causalrn")``: the exp-linearised CausalRN (000 eq. 9), O(L) training, O(1) decoding.
+``build("birn", num_classes=C)``: the bidirectional version with a CLS token (000 §4.3); a
+  classifier only.
+
+Config: ``d_model`` (d_e), ``depth`` (blocks), ``activation``, ``pre_norm`` (``"none" | "approx" |
+"exact"``), ``post_norm`` (bool), ``state_expansion`` (d_h = state_expansion * d_e), ``max_len``
+(learned positions), ``embed_std`` (000 Appendix B: N(0, 1) token and position embeddings).
+
+Decoding protocol (used by ``seqlab.generate``): ``model.init_state(batch)`` and
+``model.step(tokens_t, state) -> (logits_t, state)`` with ``tokens_t`` of shape ``(B,)``.
+"""
+from __future__ import annotations
+
+import torch
+
+from seqlab.layers.relation import RelationBlock
+from seqlab.models.common import SequenceModel
+from seqlab.models.registry import register
+
+__all__ = ["RelationModel"]
+
+
+class RelationModel(SequenceModel):
+    """A ``SequenceModel`` of relation blocks, plus token-by-token decoding for causal stacks."""
+
+    def init_state(self, batch: int, *, device=None) -> dict:
+        if not self.is_language_model:
+            raise ValueError("init_state: only a causal language model (num_classes=None) decodes token by token")
+        device = device or self.embed.weight.device
+        dtype = self.embed.weight.dtype
+        return {"t": 0, "blocks": [b.init_state(batch, device=device, dtype=dtype) for b in self.blocks]}
+
+    def step(self, tokens_t: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        """``tokens_t`` (B,) at position ``state["t"]`` -> logits (B, vocab_size) and the new state."""
+        if not isinstance(tokens_t, torch.Tensor) or tokens_t.dim() != 1:
+            raise ValueError(f"tokens_t: expected integer tokens of shape (B,), got {getattr(tokens_t, 'shape', tokens_t)!r}")
+        t = state["t"]
+        if self.max_len is not None and t >= self.max_len:
+            raise ValueError(f"step: position {t} is beyond this model's max_len={self.max_len}")
+        self.check_tokens(tokens_t[:, None])
+        x = self.embed(tokens_t)
+        if self.pos is not None:
+            x = x + self.pos[:, t]
+        new_blocks = []
+        for block, s in zip(self.blocks, state["blocks"]):
+            x, s = block.step(x, s)
+            new_blocks.append(s)
+        return self.head(self.norm(x)), {"t": t + 1, "blocks": new_blocks}
+
+
+def _build(*, vocab_size, num_classes, causal, mode, d_model=64, depth=2, activation="exp", pre_norm="none",
+           post_norm=True, state_expansion=1, max_len=None, seq_len=None, embed_std=1.0, positions=True):
+    if not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"depth: expected a positive int, got {depth!r}")
+    blocks = [RelationBlock(d_model, causal=causal, activation=activation, pre_norm=pre_norm, post_norm=post_norm,
+                            state_expansion=state_expansion, mode=mode, n_residual=depth) for _ in range(depth)]
+    max_len = max_len or seq_len or 1024
+    return RelationModel(vocab_size=vocab_size, d_model=d_model, blocks=blocks, num_classes=num_classes,
+                         max_len=max_len if positions else None, learned_positions=positions,
+                         pool="last" if causal else "cls", causal=causal, embed_std=embed_std)
+
+
+@register("causalrn")
+def build_causalrn(*, vocab_size, num_classes=None, seq_len=None, pre_norm="exact", mode="quadratic", **config):
+    return _build(vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len, causal=True, mode=mode,
+                  pre_norm=pre_norm, **config)
+
+
+@register("linear-causalrn")
+def build_linear_causalrn(*, vocab_size, num_classes=None, seq_len=None, pre_norm="none", **config):
+    if pre_norm == "exact":
+        raise ValueError("linear-causalrn: pre_norm='exact' cannot be linear (LN(p_i + q_j) does not factorise, "
+                         "000 §3.4); use build('causalrn', pre_norm='exact') or pre_norm='approx'")
+    return _build(vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len, causal=True, mode="linear",
+                  pre_norm=pre_norm, **config)
+
+
+@register("birn")
+def build_birn(*, vocab_size, num_classes=None, seq_len=None, pre_norm="none", mode="auto", **config):
+    if num_classes is None:
+        raise ValueError("birn: a BiRN is bidirectional (each token sees the whole sequence, 000 eq. 4), so it cannot "
+                         "be a causal language model; pass num_classes=C for a classifier read from its CLS token, "
+                         "or use 'causalrn' / 'linear-causalrn' for language modelling")
+    return _build(vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len, causal=False, mode=mode,
+                  pre_norm=pre_norm, **config)
