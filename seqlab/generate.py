@@ -1,0 +1,141 @@
+"""Sampling text from a causal language model: ``seqlab.generate(model, prompt, ...)``.
+
+Decoding protocol: a model that can advance one token at a time defines
+
+    state = model.init_state(batch)                    # before the first token
+    logits_t, state = model.step(tokens_t, state)      # tokens_t: (B,) -> logits_t: (B, vocab_size)
+
+(the linear CausalRN does this with O(1) work per token, 000 §1 "O(1) streaming"; the quadratic
+CausalRN keeps every past key). ``generate`` uses it when present and otherwise reruns the
+model's parallel forward on the whole context for every new token (the way the authors' code
+samples), truncated to the model's ``max_len``. Both paths sample the same tokens for the same
+``seed`` because they compute the same logits.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+__all__ = ["generate", "sample_next", "supports_streaming"]
+
+
+def supports_streaming(model: nn.Module) -> bool:
+    return callable(getattr(model, "init_state", None)) and callable(getattr(model, "step", None))
+
+
+def sample_next(logits: torch.Tensor, *, temperature: float, top_k: int | None, generator: torch.Generator) -> torch.Tensor:
+    """One token per row of ``logits`` (B, V): greedy at ``temperature == 0``, else softmax sampling
+    of ``logits / temperature`` restricted to the ``top_k`` largest."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    logits = logits.float() / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(logits.device)
+
+
+def _prompt_tokens(prompt, model) -> tuple[torch.Tensor, bool]:
+    if isinstance(prompt, str):
+        from seqlab.tasks.text import VOCAB_SIZE, encode
+
+        if getattr(model, "vocab_size", VOCAB_SIZE) < VOCAB_SIZE:
+            raise ValueError(f"prompt: a string prompt is ASCII-encoded (128 tokens) but the model's vocab_size is "
+                             f"{model.vocab_size}; pass token ids instead")
+        ids = encode(prompt)
+        if not ids:
+            raise ValueError("prompt: expected at least one ASCII character")
+        return torch.tensor([ids], dtype=torch.long), True
+    tokens = torch.as_tensor(prompt, dtype=torch.long)
+    if tokens.dim() == 1:
+        tokens = tokens[None]
+    if tokens.dim() != 2 or tokens.shape[1] < 1:
+        raise ValueError(f"prompt: expected a string or token ids of shape (L,) or (B, L) with L >= 1, got {tuple(tokens.shape)}")
+    return tokens, False
+
+
+@torch.no_grad()
+def generate(model: nn.Module, prompt, max_new_tokens: int = 200, *, temperature: float = 1.0, top_k: int | None = None,
+             seed: int = 0, streaming: bool | None = None):
+    """Continue ``prompt`` by ``max_new_tokens`` sampled tokens.
+
+    ``prompt``: a string (ASCII-encoded, the ``text`` task's tokenizer; the result is a string with
+    the prompt included) or token ids ``(L,)`` / ``(B, L)`` (the result is ids ``(B, L + new)``).
+    ``temperature=0`` is greedy decoding; ``top_k`` keeps the k most likely tokens; ``seed`` makes
+    the samples reproducible. ``streaming``: ``None`` uses the model's step when it has one.
+    """
+    if getattr(model, "num_classes", None) is not None:
+        raise ValueError("model: generate needs a causal language model (built with num_classes=None)")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens: expected a non-negative int, got {max_new_tokens!r}")
+    if not isinstance(temperature, (int, float)) or temperature < 0:
+        raise ValueError(f"temperature: expected a number >= 0, got {temperature!r}")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k: expected None or a positive int, got {top_k!r}")
+    tokens, is_text = _prompt_tokens(prompt, model)
+    use_step = supports_streaming(model) if streaming is None else streaming
+    if use_step and not supports_streaming(model):
+        raise ValueError(f"streaming=True: {type(model).__name__} has no init_state/step decoding protocol")
+    device = next(model.parameters()).device
+    tokens = tokens.to(device)
+    generator = torch.Generator().manual_seed(seed)
+    was_training = model.training
+    model.eval()
+    try:
+        new = (_generate_streaming if use_step else _generate_rerun)(
+            model, tokens, max_new_tokens, temperature=temperature, top_k=top_k, generator=generator)
+    finally:
+        model.train(was_training)
+    out = torch.cat([tokens, new], dim=1)
+    if is_text:
+        from seqlab.tasks.text import decode
+
+        return decode(out[0])
+    return out
+
+
+def _generate_streaming(model, tokens, n, **sample_kw):
+    state = model.init_state(tokens.shape[0])
+    logits = None
+    for t in range(tokens.shape[1]):        # read the prompt one token at a time
+        logits, state = model.step(tokens[:, t], state)
+    out = []
+    for _ in range(n):
+        nxt = sample_next(logits, **sample_kw)
+        out.append(nxt)
+        if len(out) < n:
+            logits, state = model.step(nxt, state)
+    return torch.stack(out, 1) if out else tokens[:, :0]
+
+
+def _generate_rerun(model, tokens, n, **sample_kw):
+    max_len = getattr(model, "max_len", None) or getattr(model, "seq_len", None)
+    fixed = getattr(model, "seq_len", None) is not None
+    context = tokens
+    out = []
+    for _ in range(n):
+        window = context[:, -max_len:] if max_len else context
+        if fixed and window.shape[1] < max_len:   # a fixed-length model reads a left-padded buffer
+            raise ValueError(f"model: {type(model).__name__} needs exactly seq_len={max_len} tokens; "
+                             "generate cannot feed it a shorter prompt")
+        logits = model(window)[:, -1]
+        nxt = sample_next(logits, **sample_kw)
+        out.append(nxt)
+        context = torch.cat([context, nxt[:, None]], dim=1)
+    return torch.stack(out, 1) if out else tokens[:, :0]
+
+
+# Importing this submodule binds the attribute ``seqlab.generate`` to the module itself (Python
+# sets it on the parent package), which would shadow the lazy ``seqlab.generate`` function of
+# ``seqlab/__init__.py``. A callable module keeps ``seqlab.generate(model, prompt)`` working either way.
+import sys as _sys  # noqa: E402
+import types as _types  # noqa: E402
+
+
+class _CallableModule(_types.ModuleType):
+    def __call__(self, *args, **kwargs):
+        return generate(*args, **kwargs)
+
+
+_sys.modules[__name__].__class__ = _CallableModule
