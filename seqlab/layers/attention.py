@@ -34,8 +34,12 @@ LINEAR_ATTENTION_MODES = ("quadratic", "cumsum", "chunked")
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
-    """``phi(x) = elu(x) + 1``: positive, ``~exp(x)`` for ``x < 0`` and ``x + 1`` for ``x >= 0``."""
-    return F.elu(x) + 1.0
+    """``phi(x) = elu(x) + 1``: ``x + 1`` for ``x > 0`` and ``exp(x)`` for ``x <= 0``, always positive.
+
+    Written piecewise: ``F.elu(x) + 1 = expm1(x) + 1`` cancels to exactly 0 for ``x < -37`` (float64),
+    ``exp(x)`` keeps the tiny positive value. (The clamp keeps the unused branch from overflowing.)
+    """
+    return torch.where(x > 0, x + 1.0, torch.exp(torch.clamp(x, max=0.0)))
 
 
 def _divide(num: torch.Tensor, den: torch.Tensor, eps: float) -> torch.Tensor:

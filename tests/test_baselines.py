@@ -1,0 +1,164 @@
+"""Baselines: linear attention's three forms vs the paper's recurrence (float64 loop), softmax attention vs
+its formula, causality of both language models, shapes, and clear errors."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import check
+from seqlab import models
+from seqlab.layers.attention import LinearTransformerBlock, TransformerBlock, elu_feature_map, linear_attention
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Tiny models: one intra-op thread avoids OpenMP spin-waiting on a shared 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def linear_attention_loop(q, k, v, causal=True, eps=1e-6):
+    """Katharopoulos et al. 2020 §3.3 as written: S_i = S_{i-1} + phi(k_i) v_i^T, z_i = z_{i-1} + phi(k_i),
+    y_i = phi(q_i)^T S_i / phi(q_i)^T z_i (non-causal: the sums over all j). float64, one step at a time."""
+    q, k, v = q.double(), k.double(), v.double()
+    fq, fk = (torch.where(t > 0, t + 1, torch.exp(t.clamp(max=0))) for t in (q, k))   # elu(x) + 1, no cancellation
+    L = q.shape[-2]
+    S = torch.zeros(*q.shape[:-2], q.shape[-1], v.shape[-1], dtype=torch.float64)
+    z = torch.zeros(*q.shape[:-2], q.shape[-1], dtype=torch.float64)
+    if not causal:
+        S = torch.einsum("...ld,...le->...de", fk, v)
+        z = fk.sum(-2)
+    out = []
+    for i in range(L):
+        if causal:
+            S = S + fk[..., i, :, None] * v[..., i, None, :]
+            z = z + fk[..., i, :]
+        num = (fq[..., i, :, None] * S).sum(-2)
+        den = (fq[..., i, :] * z).sum(-1).clamp_min(eps)
+        out.append(num / den[..., None])
+    return torch.stack(out, dim=-2)
+
+
+@pytest.mark.parametrize("L", [1, 2, 7, 64, 100])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("mode", ["quadratic", "cumsum", "chunked"])
+def test_linear_attention_modes_match_the_recurrence(L, causal, mode):
+    B, H, d, e = 2, 3, 8, 5
+    q, k, v = torch.randn(B, H, L, d), torch.randn(B, H, L, d), torch.randn(B, H, L, e)
+    ref = linear_attention_loop(q, k, v, causal)
+    out = linear_attention(q, k, v, causal=causal, mode=mode, chunk=16)      # chunk 16: L=7, 100 pad the last chunk
+    check(out, ref.float(), 1e-4, f"{mode} causal={causal} L={L}")
+
+
+@pytest.mark.parametrize("mode", ["quadratic", "cumsum", "chunked"])
+def test_linear_attention_extreme_keys_and_gradients(mode):
+    B, H, L, d, e = 2, 2, 37, 4, 3
+    q = torch.randn(B, H, L, d) * 3
+    k = torch.randn(B, H, L, d)
+    k[..., ::5, :] = 50.0                  # keys of +-50: features 51 and exp(-51) (underflow towards 0)
+    k[..., 1::5, :] = -50.0
+    v = torch.randn(B, H, L, e)
+    qr, kr, vr = (t.double().requires_grad_() for t in (q, k, v))
+    ref = linear_attention_loop(qr, kr, vr)
+    qf, kf, vf = (t.clone().requires_grad_() for t in (q, k, v))
+    out = linear_attention(qf, kf, vf, mode=mode, chunk=8)
+    check(out, ref.detach().float(), 1e-4, f"{mode} forward, extreme keys")
+    w = torch.randn_like(ref)
+    (ref * w).sum().backward()
+    (out * w.float()).sum().backward()
+    for name, a, b in (("q", qf, qr), ("k", kf, kr), ("v", vf, vr)):
+        check(a.grad, b.grad.float(), 1e-4, f"{mode} d/d{name}")
+
+
+def test_linear_attention_never_divides_by_zero():
+    q = torch.full((1, 1, 9, 4), -200.0)   # phi(q) = exp(-200) = 0 in float32: every denominator is 0
+    k, v = torch.randn(1, 1, 9, 4), torch.randn(1, 1, 9, 2)
+    for mode in ("quadratic", "cumsum", "chunked"):
+        out = linear_attention(q, k, v, mode=mode)
+        assert torch.isfinite(out).all(), mode
+
+
+def test_elu_feature_map_is_positive():
+    x = torch.linspace(-60, 60, 1001, dtype=torch.float64)
+    phi = elu_feature_map(x)
+    assert (phi > 0).all()
+    assert torch.allclose(phi[x >= 0], F.elu(x[x >= 0]) + 1)
+    assert torch.allclose(phi[x < 0], F.elu(x[x < 0]) + 1)           # the same function as elu(x) + 1 ...
+    assert torch.allclose(phi[x < 0], torch.exp(x[x < 0]), rtol=1e-12, atol=0)   # ... without its cancellation
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_transformer_block_is_softmax_attention(causal):
+    torch.manual_seed(1)
+    block = TransformerBlock(16, heads=4, causal=causal).double()
+    x = torch.randn(3, 11, 16, dtype=torch.float64)
+    q, k, v = block.heads_qkv(block.norm1(x))
+    scores = q @ k.transpose(-1, -2) / (16 // 4) ** 0.5
+    if causal:
+        scores = scores + torch.full((11, 11), float("-inf"), dtype=torch.float64).triu(1)
+    A = scores.softmax(-1)                                                # softmax(QK^T/sqrt(d) + mask)
+    check(block.attention_matrix(x), A, 1e-12, "attention_matrix")
+    y = (A @ v).transpose(1, 2).reshape(3, 11, 16)
+    h = x + block.out(y)
+    ref = h + block.mlp(block.norm2(h))
+    check(block(x), ref, 1e-10, "TransformerBlock forward")
+
+
+def test_linear_block_attention_matrix_reproduces_its_mixing():
+    block = LinearTransformerBlock(8, heads=2).double()
+    x = torch.randn(2, 9, 8, dtype=torch.float64)
+    q, k, v = block.heads_qkv(block.norm1(x))
+    check(block.attention_matrix(x) @ v, linear_attention(q, k, v), 1e-10, "effective attention matrix")
+
+
+@pytest.mark.parametrize("name", ["transformer", "linear-transformer"])
+def test_language_models_are_causal(name):
+    model = models.build(name, vocab_size=13, d_model=16, depth=2, heads=2).eval()
+    tokens = torch.randint(0, 13, (2, 20))
+    logits = model(tokens)
+    assert logits.shape == (2, 20, 13)
+    for t in (0, 7, 18):
+        changed = tokens.clone()
+        changed[:, t + 1:] = (tokens[:, t + 1:] + 1) % 13            # every future token differs
+        other = model(changed)
+        assert (other[:, : t + 1] - logits[:, : t + 1]).abs().max() < 1e-6, f"{name}: position <= {t} saw the future"
+        assert not torch.allclose(other[:, t + 1:], logits[:, t + 1:]), "the future positions must change"
+
+
+@pytest.mark.parametrize("name", ["transformer", "linear-transformer"])
+@pytest.mark.parametrize("pool", ["mean", "last"])
+def test_classifiers_shapes_and_bidirectionality(name, pool):
+    causal_clf = models.build(name, vocab_size=7, num_classes=4, d_model=16, depth=1, heads=2, pool=pool)
+    tokens = torch.randint(0, 7, (3, 12))
+    assert causal_clf(tokens).shape == (3, 4)
+    bi = models.build(name, vocab_size=7, num_classes=4, d_model=16, depth=1, heads=2, causal=False, pool=pool).eval()
+    h = bi.features(tokens)
+    changed = tokens.clone()
+    changed[:, -1] = (tokens[:, -1] + 1) % 7
+    assert not torch.allclose(bi.features(changed)[:, 0], h[:, 0]), "a bidirectional model's first position sees the last"
+
+
+def test_baseline_errors_are_clear():
+    with pytest.raises(ValueError, match="heads: expected a positive int dividing d_model=16, got 3"):
+        models.build("transformer", vocab_size=5, d_model=16, heads=3)
+    with pytest.raises(ValueError, match="language model .* must be causal"):
+        models.build("linear-transformer", vocab_size=5, causal=False)
+    with pytest.raises(ValueError, match="max_len: seq_len 100 is longer than max_len 50"):
+        models.build("transformer", vocab_size=5, seq_len=100, max_len=50)
+    with pytest.raises(ValueError, match="pool: expected 'mean' or 'last', got 'cls'"):
+        models.build("transformer", vocab_size=5, num_classes=2, pool="cls")
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        models.build("transformer", vocab_size=5, widht=3)
+    model = models.build("transformer", vocab_size=5, d_model=8, heads=2, max_len=10)
+    with pytest.raises(ValueError, match="length 11 exceeds this model's max_len=10"):
+        model(torch.zeros(1, 11, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"v: expected shape"):
+        linear_attention(torch.randn(2, 5, 4), torch.randn(2, 5, 4), torch.randn(2, 6, 3))
+    with pytest.raises(ValueError, match="mode must be one of"):
+        linear_attention(torch.randn(2, 5, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 3), mode="fast")
+
+
+def test_models_default_max_len_grows_with_seq_len():
+    assert models.build("transformer", vocab_size=5).max_len == 512
+    assert models.build("linear-transformer", vocab_size=5, seq_len=1000).max_len == 1000
