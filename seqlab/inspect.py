@@ -126,3 +126,111 @@ def parameter_count(model: nn.Module, trainable_only: bool = True) -> int:
     """Number of (trainable) parameters; complex parameters count their real and imaginary parts."""
     return sum(p.numel() * (2 if p.is_complex() else 1) for p in model.parameters()
                if p.requires_grad or not trainable_only)
+
+
+# ----------------------------------------------------------------------------- CausalRN / BiRN (papers 000, 001)
+
+
+def _relation_block(model: nn.Module, layer: int):
+    blocks = getattr(model, "blocks", None)
+    if blocks is None or not len(blocks):
+        raise ValueError(f"model: {type(model).__name__} has no blocks to read")
+    n = len(blocks)
+    if not -n <= layer < n:
+        raise ValueError(f"layer: expected an index in [-{n}, {n}), got {layer}")
+    block = blocks[layer]
+    if not hasattr(block, "project") or not hasattr(block, "pre_norm"):
+        raise ValueError(f"layer: block {layer} is a {type(block).__name__}, not a CausalRN/BiRN relation block")
+    return block
+
+
+def relation_pq(model: nn.Module, tokens: torch.Tensor, layer: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(p, q)`` of relation block ``layer``, each ``(B, L', d_h)`` (``L' = L + 1`` with a CLS token):
+    ``p_i = W_left LN(x_i)``, ``q_j = W_right LN(x_j) + b_in`` (000 eq. 7-8) for the block's input."""
+    block = _relation_block(model, layer)
+    seen = {}
+    handle = block.register_forward_pre_hook(lambda _m, args: seen.__setitem__("x", args[0]))
+    try:
+        with evaluating(model):
+            model(_check_tokens(tokens).to(_model_device(model)))
+            p, q = block.project(seen["x"])
+    finally:
+        handle.remove()
+    return p.cpu(), q.cpu()
+
+
+def relation_attention(model: nn.Module, tokens: torch.Tensor, layer: int = -1) -> torch.Tensor:
+    """The effective attention of an exp relation block: ``A[b, j, i]`` = the share of the reduced
+    vector ``sum_i exp(z_ij)`` of output ``j`` that comes from input ``i`` (rows sum to 1), ``(B, L', L')``.
+    See ``seqlab.ops.relation_attention_matrix``."""
+    from seqlab.ops.relation import relation_attention_matrix
+
+    block = _relation_block(model, layer)
+    if block.activation != "exp":
+        raise ValueError(f"layer: block {layer} uses activation={block.activation!r}; the attention read-out needs exp")
+    p, q = relation_pq(model, tokens, layer)
+    w = None if block.act_weight is None else block.act_weight.detach().cpu()
+    b = None if block.act_bias is None else block.act_bias.detach().cpu()
+    with torch.no_grad():
+        return relation_attention_matrix(p, q, causal=block.causal, pre_norm=block.pre_norm, weight=w, bias=b)
+
+
+def birn_cls_heatmap(model: nn.Module, tokens: torch.Tensor, grid: tuple[int, int], layer: int = -1,
+                     direction: str = "to_cls") -> torch.Tensor:
+    """BiRN read-out of 000 Fig. 7: one value per image patch, ``(B, rows, cols)``.
+
+    ``direction="to_cls"`` (the paper's wording, "how strongly each patch attends to the <CLS>
+    token"): ``A[patch, CLS]``; ``"from_cls"``: ``A[CLS, patch]``, how much of the CLS output each
+    patch supplies. ``A`` is :func:`relation_attention` of block ``layer``; ``grid`` is the patch
+    grid (``task.info["grid"]``); the model must have a CLS token at position 0.
+    """
+    if getattr(model, "cls", None) is None:
+        raise ValueError("model: the CLS heat map needs a model with a CLS token (build('birn', num_classes=C))")
+    if direction not in ("to_cls", "from_cls"):
+        raise ValueError(f"direction: expected 'to_cls' or 'from_cls', got {direction!r}")
+    tokens = _check_tokens(tokens)
+    rows, cols = grid
+    if rows * cols != tokens.shape[1]:
+        raise ValueError(f"grid: {rows}x{cols} = {rows * cols} patches, but tokens have length {tokens.shape[1]}")
+    A = relation_attention(model, tokens, layer)          # (B, 1 + N, 1 + N), CLS first
+    values = A[:, 1:, 0] if direction == "to_cls" else A[:, 0, 1:]
+    return values.reshape(-1, rows, cols)
+
+
+__all__ += ["relation_pq", "relation_attention", "birn_cls_heatmap"]
+
+
+# ----------------------------------------------------------------------------- GateLoop (paper 004)
+
+
+def gateloop_transitions(model: nn.Module, tokens: torch.Tensor) -> dict[str, list[torch.Tensor]]:
+    """The state transitions ``a_n`` a GateLoop model applies to ``tokens``, layer by layer (Fig. 5).
+
+    Returns ``{"magnitude": [...], "phase": [...]}``, one ``(B, L, d_qk)`` tensor per layer
+    (``|a_n|`` from the sigmoid of eq. 25, ``arg a_n`` its identity phase). Read by hooking the input
+    of every ``GateLoopTimeMixing`` and calling its ``magnitude_phase`` on it.
+    """
+    from seqlab.layers.gateloop import GateLoopTimeMixing
+
+    tokens = _check_tokens(tokens)
+    mixers = [m for m in model.modules() if isinstance(m, GateLoopTimeMixing)]
+    if not mixers:
+        raise ValueError(f"model: {type(model).__name__} has no GateLoop time-mixing layer")
+    out: dict[str, list[torch.Tensor]] = {"magnitude": [], "phase": []}
+
+    def hook(module, inputs):
+        mag, phase = module.magnitude_phase(inputs[0])
+        out["magnitude"].append(mag.detach().float().cpu())
+        out["phase"].append(phase.detach().float().cpu())
+
+    handles = [m.register_forward_pre_hook(hook) for m in mixers]
+    try:
+        with evaluating(model):
+            model(tokens.to(_model_device(model)))
+    finally:
+        for h in handles:
+            h.remove()
+    return out
+
+
+__all__ += ["gateloop_transitions"]
