@@ -61,13 +61,14 @@ def lru_gamma_from_nu(nu: torch.Tensor) -> torch.Tensor:
 
 
 def lru_nu_theta(lam: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inverse of :func:`lru_lambda` for ``0 < |λ| < 1`` and ``0 < arg λ``: ``ν = log(-log|λ|)``, ``θ = log(arg λ)``."""
+    """Inverse of :func:`lru_lambda` for ``0 < |λ| < 1``, ``λ`` not on the positive real axis:
+    ``ν = log(-log|λ|)``, ``θ = log(arg λ)`` with ``arg λ`` taken in ``(0, 2π)``."""
     check_tensor("lam", lam)
     if not lam.is_complex():
         raise TypeError(f"lru_nu_theta: lam must be complex, got {lam.dtype}")
-    modulus, phase = lam.abs(), lam.angle()
+    modulus, phase = lam.abs(), torch.remainder(lam.angle(), 2 * math.pi)
     if bool(((modulus <= 0) | (modulus >= 1)).any()) or bool((phase <= 0).any()):
-        raise ValueError("lru_nu_theta: needs 0 < |lam| < 1 and 0 < arg(lam) <= pi for every entry")
+        raise ValueError("lru_nu_theta: needs 0 < |lam| < 1 and 0 < arg(lam) < 2*pi for every entry")
     return torch.log(-torch.log(modulus)), torch.log(phase)
 
 
