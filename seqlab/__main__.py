@@ -70,7 +70,8 @@ def cmd_train(args) -> int:
     history = train.fit(model, task, steps=args.steps, batch_size=args.batch_size, lr=args.lr, device=device,
                         seed=args.seed, eval_every=args.eval_every, checkpoint=args.checkpoint,
                         checkpoint_every=args.checkpoint_every, resume=args.resume,
-                        callbacks=[train.PrintCallback(every)], progress=not args.no_progress)
+                        callbacks=[train.PrintCallback(every)], progress=not args.no_progress,
+                        threads=args.threads)
     final = history.final or {}
     print("final " + " ".join(f"{k}={v:.4f}" for k, v in final.items() if isinstance(v, float)))
     if args.json:
@@ -101,6 +102,8 @@ def make_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--device", default="auto")
     t.add_argument("--eval-every", type=int, default=None)
+    t.add_argument("--threads", type=int, default=None, help="CPU intra-op threads (1 is fastest for small models "
+                   "on a busy machine)")
     t.add_argument("--checkpoint", default=None, help="file to save the run to (and resume from)")
     t.add_argument("--checkpoint-every", type=int, default=None)
     t.add_argument("--resume", action="store_true", help="continue from --checkpoint if it exists")

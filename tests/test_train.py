@@ -101,6 +101,17 @@ def test_fit_records_callbacks_and_final(small_copy):
     assert h.last("loss") == h.train_loss()[-1] and len(h.train_loss()) == 6
 
 
+def test_fit_without_final_eval_and_threads_are_restored(small_copy):
+    model = tiny(small_copy)
+    before = torch.get_num_threads()
+    h = train.fit(model, small_copy, steps=4, batch_size=8, lr=1e-2, eval_every=2, final_eval=False,
+                  progress=False, threads=2, callbacks=lambda hist, rec: None)
+    assert torch.get_num_threads() == before
+    assert h.final is None and [r["step"] for r in h.split("test")] == [2, 4]
+    with pytest.raises(ValueError, match="threads: expected None or a positive int, got 0"):
+        train.fit(model, small_copy, steps=1, batch_size=2, lr=1e-3, threads=0)
+
+
 def test_training_reduces_the_loss(small_copy):
     model = tiny(small_copy)
     before = train.evaluate(model, small_copy, "train")["loss"]
