@@ -234,3 +234,42 @@ def gateloop_transitions(model: nn.Module, tokens: torch.Tensor) -> dict[str, li
 
 
 __all__ += ["gateloop_transitions"]
+
+
+# ----------------------------------------------------------------------------- LRNN / FST (paper 002)
+
+
+def fst_alphas(model: nn.Module) -> list[dict]:
+    """The mixing coefficients of every block of an ``lrnn`` or ``fst`` model (002 Fig. 3).
+
+    Returns one dict per block, ``{"block": i, "alpha1": α1, "alpha2": α2}`` with
+    ``α_k = sigmoid(p_k)``: the share of the new representation against the skip path in the
+    sequence half (``alpha1``) and the twisted half (``alpha2``; ``None`` for an LRNN-only block).
+    """
+    from seqlab.layers.lrnn import LRNNBlock
+
+    blocks = [m for m in model.modules() if isinstance(m, LRNNBlock)]
+    if not blocks:
+        raise ValueError(f"model: {type(model).__name__} has no LRNN or FST block")
+    with torch.no_grad():
+        return [{"block": i, "alpha1": float(b.alpha1),
+                 "alpha2": float(b.alpha2) if hasattr(b, "alpha2") else None} for i, b in enumerate(blocks)]
+
+
+def lrnn_eigenvalues(model: nn.Module) -> list[dict]:
+    """The eigenvalues ``λ = exp(-exp(ν) + i exp(θ))`` of every LRNN of a model, complex ``(d_state,)`` each.
+
+    Returns ``[{"block": i, "lrnn": "lrnn1" | "lrnn2", "lambda": tensor}, ...]``.
+    """
+    from seqlab.layers.lrnn import LRNNBlock
+
+    out = []
+    with torch.no_grad():
+        for i, b in enumerate(m for m in model.modules() if isinstance(m, LRNNBlock)):
+            for name in ("lrnn1", "lrnn2"):
+                if hasattr(b, name):
+                    out.append({"block": i, "lrnn": name, "lambda": getattr(b, name).lam().detach().cpu()})
+    return out
+
+
+__all__ += ["fst_alphas", "lrnn_eigenvalues"]

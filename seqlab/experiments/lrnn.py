@@ -1,0 +1,215 @@
+"""The LRNN / FST experiments of paper 002, as functions.
+
+Each takes ``profile=None`` (``seqlab.config.profile()``): ``quick`` sizes train on 2 busy CPU cores
+in seconds (lesson 03 calls them), ``full`` sizes follow the paper (§3.1 Long ListOps: 6 FST
+blocks of hidden size 256, sequences up to 2000; §3.2 pixel MNIST: 2 FST blocks of hidden size
+128). Any size can be overridden by keyword. Every experiment returns a plain dict.
+
+- ``fst-comparison``: FST against LRNN-only blocks (002 §3.5's ablation) against a Transformer
+  encoder with learned positions predicting from the last element (002 §3.2), at matched
+  parameter counts, on ``digits`` (pixel by pixel) or ``listops``; plus ``alpha1 / alpha2`` of
+  every FST block after training (002 Fig. 3).
+- ``fst-parameter-table``: parameter counts of the three families over hidden sizes and depths.
+- ``fst-twist-cost``: the cost of the twisted half against the hidden feature size ``H`` when the
+  feature axis is mixed by an LRNN (``O(H L^2)``) or by softmax attention (``O(H^2 L)``), 002 §2.2.
+
+Matching rule: the FST model sets the budget (``hidden``, ``depth``); LRNN-only uses
+``2 * depth`` blocks (an FST block is two halves), the Transformer ``depth`` blocks; the width of
+each is the one whose parameter count is closest to the FST's.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from seqlab import config
+from seqlab.experiments import experiment
+
+__all__ = ["SIZES", "make_task", "matched_width", "comparison_models", "fst_comparison", "parameter_table",
+           "twist_cost"]
+
+SIZES = {
+    "digits": {
+        "quick": dict(hidden=32, depth=2, steps=160, batch_size=32, lr=5e-3, transformer_lr=3e-3, eval_every=40,
+                      task_kwargs={}),
+        "full": dict(hidden=128, depth=2, steps=6000, batch_size=64, lr=1e-3, transformer_lr=1e-4, eval_every=500,
+                     task_kwargs={}),
+    },
+    "listops": {
+        "quick": dict(hidden=32, depth=2, steps=160, batch_size=32, lr=5e-3, transformer_lr=3e-3, eval_every=40,
+                      task_kwargs=dict(n_train=4000, n_validation=500, n_test=500, max_depth=4, max_args=5,
+                                       min_length=8, max_length=64)),
+        "full": dict(hidden=256, depth=6, steps=100_000, batch_size=16, lr=1e-4, transformer_lr=1e-4,
+                     eval_every=5000,
+                     task_kwargs=dict(n_train=96_000, n_validation=2000, n_test=2000, max_depth=10, max_args=10,
+                                      min_length=500, max_length=2000)),
+    },
+}
+
+
+def _sizes(task: str, profile: str | None, overrides: dict) -> dict:
+    if task not in SIZES:
+        raise ValueError(f"task: expected one of {tuple(SIZES)}, got {task!r}")
+    prof = profile or config.profile()
+    if prof not in SIZES[task]:
+        raise ValueError(f"profile: expected one of {tuple(SIZES[task])}, got {prof!r}")
+    sizes = dict(SIZES[task][prof])
+    unknown = set(overrides) - set(sizes)
+    if unknown:
+        raise TypeError(f"unexpected keyword(s) {sorted(unknown)}; sizes are {sorted(sizes)}")
+    sizes.update({k: v for k, v in overrides.items() if v is not None})
+    return sizes
+
+
+def make_task(task: str, **task_kwargs):
+    """``digits`` in its pixel-by-pixel layout, or ``listops``."""
+    from seqlab import tasks
+
+    if task == "digits":
+        return tasks.digits(layout="sequence", **task_kwargs)
+    if task == "listops":
+        return tasks.listops(**task_kwargs)
+    raise ValueError(f"task: expected 'digits' or 'listops', got {task!r}")
+
+
+def _width_key(name: str) -> str:
+    return "d_model" if name in ("transformer", "linear-transformer") else "hidden"
+
+
+def matched_width(name: str, target: int, *, widths, vocab_size: int, num_classes: int | None, seq_len: int,
+                  **config_) -> tuple[int, int]:
+    """``(width, params)``: the width among ``widths`` whose model has the parameter count closest to ``target``.
+
+    The count grows with the width, so the two widths around ``target`` are found by bisection.
+    """
+    from seqlab.models import build, count_parameters
+
+    widths = sorted(widths)
+
+    def params(i: int) -> int:
+        return count_parameters(build(name, vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len,
+                                      **{_width_key(name): widths[i]}, **config_))
+
+    lo, hi = 0, len(widths) - 1          # invariant: the first width with params >= target lies in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if params(mid) < target:
+            lo = mid + 1
+        else:
+            hi = mid
+    candidates = [(widths[i], params(i)) for i in {max(lo - 1, 0), lo}]
+    return min(candidates, key=lambda wn: (abs(wn[1] - target), wn[0]))
+
+
+def comparison_models(*, vocab_size: int, num_classes: int | None, seq_len: int, hidden: int, depth: int) -> dict:
+    """The three models at matched parameter counts: ``{name: (config, params)}``."""
+    from seqlab.models import build, count_parameters
+
+    fst_cfg = dict(hidden=hidden, depth=depth)
+    target = count_parameters(build("fst", vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len, **fst_cfg))
+    common = dict(vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len)
+    w_lrnn, n_lrnn = matched_width("lrnn", target, widths=range(8, 8 * hidden + 1, 2), depth=2 * depth, **common)
+    tf_extra = dict(depth=depth, heads=4, pool="last", causal=False, max_len=seq_len)
+    w_tf, n_tf = matched_width("transformer", target, widths=range(8, 8 * hidden + 1, 4), **tf_extra, **common)
+    return {
+        "fst": (fst_cfg, target),
+        "lrnn": (dict(hidden=w_lrnn, depth=2 * depth), n_lrnn),
+        "transformer": (dict(d_model=w_tf, **tf_extra), n_tf),
+    }
+
+
+@experiment("fst-comparison")
+def fst_comparison(*, task: str = "digits", profile: str | None = None, models=("fst", "lrnn", "transformer"),
+                   seed: int = 0, progress: bool = True, callbacks=(), **overrides) -> dict:
+    """FST vs LRNN-only vs Transformer at matched parameter counts (002 §3.2, §3.5).
+
+    Returns ``{"task", "profile", "sizes", "rows", "histories", "models", "alphas"}``: ``rows`` one
+    dict per model (``model, config, params, test_accuracy, test_loss, seconds``), ``histories``
+    and ``models`` by name, ``alphas`` the FST's ``[{"block", "alpha1", "alpha2"}]`` after training
+    (``None`` when FST was not trained). ``callbacks`` are passed to every ``fit``.
+    """
+    from seqlab import inspect, train
+    from seqlab.models import build
+
+    sizes = _sizes(task, profile, overrides)
+    data = make_task(task, **sizes["task_kwargs"])
+    configs = comparison_models(vocab_size=data.vocab_size, num_classes=data.num_classes, seq_len=data.seq_len,
+                                hidden=sizes["hidden"], depth=sizes["depth"])
+    unknown = set(models) - set(configs)
+    if unknown:
+        raise ValueError(f"models: expected names among {sorted(configs)}, got {sorted(unknown)}")
+    rows, histories, trained = [], {}, {}
+    for name in models:
+        cfg, params = configs[name]
+        config.seed_everything(seed)
+        model = build(name, vocab_size=data.vocab_size, num_classes=data.num_classes, seq_len=data.seq_len, **cfg)
+        lr = sizes["transformer_lr"] if name == "transformer" else sizes["lr"]
+        start = time.perf_counter()
+        history = train.fit(model, data, steps=sizes["steps"], batch_size=sizes["batch_size"], lr=lr, seed=seed,
+                            eval_every=sizes["eval_every"], callbacks=callbacks, progress=progress,
+                            desc=f"{name} on {task}")
+        seconds = time.perf_counter() - start
+        final = train.evaluate(model, data, split="test")
+        rows.append({"model": name, "config": cfg, "params": params, "lr": lr,
+                     "test_accuracy": float(final["accuracy"]), "test_loss": float(final["loss"]), "seconds": seconds})
+        histories[name], trained[name] = history, model
+    alphas = inspect.fst_alphas(trained["fst"]) if "fst" in trained else None
+    return {"task": task, "profile": profile or config.profile(), "sizes": sizes, "rows": rows,
+            "histories": histories, "models": trained, "alphas": alphas, "data": data}
+
+
+@experiment("fst-parameter-table")
+def parameter_table(*, vocab_size: int = 17, num_classes: int | None = 10, seq_len: int = 64,
+                    hiddens=(16, 32, 64, 128), depths=(1, 2)) -> dict:
+    """Parameter counts of FST and its matched LRNN-only and Transformer models over hidden sizes and depths."""
+    rows = []
+    for depth in depths:
+        for hidden in hiddens:
+            cfg = comparison_models(vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len, hidden=hidden,
+                                    depth=depth)
+            rows.append({"hidden": hidden, "fst_blocks": depth,
+                         "fst": cfg["fst"][1],
+                         "lrnn_only": cfg["lrnn"][1], "lrnn_only_width": cfg["lrnn"][0]["hidden"],
+                         "lrnn_only_blocks": cfg["lrnn"][0]["depth"],
+                         "transformer": cfg["transformer"][1], "transformer_width": cfg["transformer"][0]["d_model"]})
+    return {"rows": rows, "seq_len": seq_len, "vocab_size": vocab_size}
+
+
+def _time_call(fn, repeats: int) -> float:
+    fn()  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@experiment("fst-twist-cost")
+def twist_cost(*, seq_len: int = 64, hiddens=(32, 64, 128, 256, 512, 1024), batch: int = 4, repeats: int = 3,
+               mode: str = "auto", seed: int = 0) -> dict:
+    """Mixing along the feature axis (the twisted half) with an LRNN vs with softmax attention.
+
+    The twisted input is ``(B, H, L)``: ``H`` "time steps" of ``L`` features. An LRNN with state
+    size ``L`` costs ``O(H L^2)`` (its ``L x L`` input map at each of ``H`` steps, then a scan),
+    attention over ``H`` tokens ``O(H^2 L)`` (an ``H x H`` score matrix). Returns the measured
+    forward times (best of ``repeats``) and the multiply counts of the two dominant products.
+    """
+    import torch.nn.functional as F
+
+    from seqlab.layers.lrnn import LRNN
+
+    gen = config.seed_everything(seed)
+    lrnn = LRNN(seq_len, seq_len, mode=mode)
+    times = {"LRNN along features": [], "attention along features": []}
+    flops = {"LRNN along features": [], "attention along features": []}
+    with torch.no_grad():
+        for h in hiddens:
+            x = torch.randn(batch, h, seq_len, generator=gen)
+            times["LRNN along features"].append(_time_call(lambda: lrnn(x), repeats))
+            times["attention along features"].append(
+                _time_call(lambda: F.scaled_dot_product_attention(x, x, x), repeats))
+            flops["LRNN along features"].append(4 * h * seq_len * seq_len)        # complex W̄_in: 4 real mults
+            flops["attention along features"].append(2 * h * h * seq_len)         # Q K^T and A V
+    return {"hiddens": list(hiddens), "seq_len": seq_len, "seconds": times, "multiplies": flops}
