@@ -272,4 +272,40 @@ def lrnn_eigenvalues(model: nn.Module) -> list[dict]:
     return out
 
 
-__all__ += ["fst_alphas", "lrnn_eigenvalues"]
+def fst_representation_changes(model: nn.Module, tokens: torch.Tensor,
+                               alphas: tuple[float, float] | None = None) -> dict:
+    """How much each half of each FST block changes the representation, optionally with overridden alphas.
+
+    ``tokens``: ``(B, seq_len)`` (full length: no padding). ``alphas=(α1, α2)`` replaces every
+    block's trained coefficients (``None``: the trained ones). Returns ``{"changes": [{"block",
+    "sequence_half", "twisted_half"}], "logits": (B, C) or (B, L, V)}``, where each change is the
+    relative norm ``|x_after - x_before| / |x_before|`` over the batch.
+    """
+    from seqlab.layers.lrnn import FSTBlock
+
+    tokens = _check_tokens(tokens)
+    blocks = list(getattr(model, "blocks", []))
+    if not blocks or not all(isinstance(b, FSTBlock) for b in blocks):
+        raise ValueError(f"model: expected a model whose blocks are FSTBlocks, got {type(model).__name__}")
+    if tokens.shape[1] != blocks[0].seq_len:
+        raise ValueError(f"tokens: expected length seq_len={blocks[0].seq_len}, got {tokens.shape[1]}")
+
+    def rel(after, before):
+        return float(torch.linalg.vector_norm(after - before) / torch.linalg.vector_norm(before))
+
+    changes = []
+    with evaluating(model):
+        model.check_tokens(tokens)
+        x = model.embed_tokens(tokens.to(_model_device(model)))
+        for i, b in enumerate(blocks):
+            a1, a2 = (b.alpha1, b.alpha2) if alphas is None else alphas
+            mid = (1 - a1) * x + a1 * b.sequence_half(x)
+            out = (1 - a2) * mid + a2 * b.twisted_half(mid)
+            changes.append({"block": i, "sequence_half": rel(mid, x), "twisted_half": rel(out, mid)})
+            x = out
+        h = model.norm(x)
+        logits = model.head(h) if model.num_classes is None else model.head(h[:, -1])
+    return {"changes": changes, "logits": logits.cpu()}
+
+
+__all__ += ["fst_alphas", "lrnn_eigenvalues", "fst_representation_changes"]

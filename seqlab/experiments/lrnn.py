@@ -13,6 +13,9 @@ blocks of hidden size 256, sequences up to 2000; §3.2 pixel MNIST: 2 FST blocks
 - ``fst-twist-cost``: the cost of the twisted half against the hidden feature size ``H`` when the
   feature axis is mixed by an LRNN (``O(H L^2)``) or by softmax attention (``O(H^2 L)``), 002 §2.2.
 
+``threads=1`` in the quick profile: small models on a busy shared CPU train many times faster
+on one intra-op thread (and the result does not depend on it).
+
 Matching rule: the FST model sets the budget (``hidden``, ``depth``); LRNN-only uses
 ``2 * depth`` blocks (an FST block is two halves), the Transformer ``depth`` blocks; the width of
 each is the one whose parameter count is closest to the FST's.
@@ -32,16 +35,16 @@ __all__ = ["SIZES", "make_task", "matched_width", "comparison_models", "fst_comp
 SIZES = {
     "digits": {
         "quick": dict(hidden=32, depth=2, steps=160, batch_size=32, lr=5e-3, transformer_lr=3e-3, eval_every=40,
-                      task_kwargs={}),
+                      threads=1, task_kwargs={}),
         "full": dict(hidden=128, depth=2, steps=6000, batch_size=64, lr=1e-3, transformer_lr=1e-4, eval_every=500,
-                     task_kwargs={}),
+                     threads=None, task_kwargs={}),
     },
     "listops": {
-        "quick": dict(hidden=32, depth=2, steps=160, batch_size=32, lr=5e-3, transformer_lr=3e-3, eval_every=40,
+        "quick": dict(hidden=32, depth=2, steps=160, batch_size=32, lr=5e-3, transformer_lr=3e-3, eval_every=40, threads=1,
                       task_kwargs=dict(n_train=4000, n_validation=500, n_test=500, max_depth=4, max_args=5,
                                        min_length=8, max_length=64)),
         "full": dict(hidden=256, depth=6, steps=100_000, batch_size=16, lr=1e-4, transformer_lr=1e-4,
-                     eval_every=5000,
+                     eval_every=5000, threads=None,
                      task_kwargs=dict(n_train=96_000, n_validation=2000, n_test=2000, max_depth=10, max_args=10,
                                       min_length=500, max_length=2000)),
     },
@@ -121,13 +124,14 @@ def comparison_models(*, vocab_size: int, num_classes: int | None, seq_len: int,
 
 @experiment("fst-comparison")
 def fst_comparison(*, task: str = "digits", profile: str | None = None, models=("fst", "lrnn", "transformer"),
-                   seed: int = 0, progress: bool = True, callbacks=(), **overrides) -> dict:
+                   seed: int = 0, progress: bool = True, callbacks=(), live=None, **overrides) -> dict:
     """FST vs LRNN-only vs Transformer at matched parameter counts (002 §3.2, §3.5).
 
     Returns ``{"task", "profile", "sizes", "rows", "histories", "models", "alphas"}``: ``rows`` one
     dict per model (``model, config, params, test_accuracy, test_loss, seconds``), ``histories``
     and ``models`` by name, ``alphas`` the FST's ``[{"block", "alpha1", "alpha2"}]`` after training
-    (``None`` when FST was not trained). ``callbacks`` are passed to every ``fit``.
+    (``None`` when FST was not trained). ``callbacks`` are passed to every ``fit``; ``live`` (a
+    ``seqlab.viz.LivePlot``) draws every run into one live figure.
     """
     from seqlab import inspect, train
     from seqlab.models import build
@@ -147,8 +151,9 @@ def fst_comparison(*, task: str = "digits", profile: str | None = None, models=(
         lr = sizes["transformer_lr"] if name == "transformer" else sizes["lr"]
         start = time.perf_counter()
         history = train.fit(model, data, steps=sizes["steps"], batch_size=sizes["batch_size"], lr=lr, seed=seed,
-                            eval_every=sizes["eval_every"], callbacks=callbacks, progress=progress,
-                            desc=f"{name} on {task}")
+                            eval_every=sizes["eval_every"], progress=progress,
+                            callbacks=[*callbacks, *([live.run(name)] if live is not None else [])],
+                            desc=f"{name} on {task}", threads=sizes["threads"])
         seconds = time.perf_counter() - start
         final = train.evaluate(model, data, split="test")
         rows.append({"model": name, "config": cfg, "params": params, "lr": lr,
