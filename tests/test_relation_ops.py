@@ -201,3 +201,13 @@ def test_pairs_and_attention_matrix():
     check(A.sum(-1), torch.ones(2, 6), 1e-6, "rows sum to one")
     check(A, pairs.sum(-1) / pairs.sum((-1, -2))[..., None], 1e-5, "mass shares")
     assert (A.triu(1) == 0).all()
+
+
+def test_exact_pre_norm_when_keys_cancel_queries():
+    """p_i ~ -q_j makes var(p_i + q_j) a small difference of large terms: still accurate."""
+    p = torch.randn(2, 20, 16)
+    q = (-p + 1e-3 * torch.randn(2, 20, 16)).requires_grad_(True)
+    ref = relation_reference(p, q, pre_norm="exact")
+    out = relation(p, q, pre_norm="exact", mode="quadratic")
+    check(out, ref, 1e-4, "exact pre-norm, cancelling pairs")
+    check(torch.autograd.grad(out.sum(), q)[0], torch.autograd.grad(ref.sum(), q)[0].float(), 1e-4, "its gradient")

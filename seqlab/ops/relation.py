@@ -197,10 +197,31 @@ def _prepare(p, q, pre_norm, weight, bias, eps):
 
 def _pair_preactivations(p, q, pre_norm, weight, bias, eps):
     """``z_ij`` of shape (B, Lq, Lk, H) for queries ``q`` (B, Lq, H) and keys ``p`` (B, Lk, H)."""
-    z = q[:, :, None, :] + p[:, None, :, :]                           # broadcast p_i + q_j
     if pre_norm == "exact":
-        z = _affine(feature_layer_norm(z, eps), weight, bias)         # w LN(p_i + q_j) + b
-    return z
+        return _affine(_exact_pair_norm(p, q, weight, eps), None, bias)   # w LN(p_i + q_j) + b
+    return q[:, :, None, :] + p[:, None, :, :]                        # broadcast p_i + q_j
+
+
+def _exact_pair_norm(p, q, weight, eps):
+    """``w ⊙ LN(p_i + q_j)`` for every pair without a pairwise LayerNorm pass.
+
+    The mean of a sum is the sum of the means, and the variance of ``p_i + q_j`` over the hidden
+    axis is ``var(p_i) + var(q_j) + 2 cov(p_i, q_j)``, where the covariances of all pairs are one
+    matrix product of the centred vectors. So ``LN(p_i + q_j) = (p~_i + q~_j) * rstd_ij``.
+    """
+    H = p.shape[-1]
+    pc = p - p.mean(-1, keepdim=True)                                  # centred keys    (B, K, H)
+    qc = q - q.mean(-1, keepdim=True)                                  # centred queries (B, C, H)
+    # The three terms cancel when p_i ~ -q_j: sum them in float64 (small (B, C, K) tensors), so
+    # the variance is as accurate as a direct LayerNorm's.
+    wide = torch.float64 if pc.dtype in (torch.float32, torch.float16, torch.bfloat16) else pc.dtype
+    pw, qw = pc.to(wide), qc.to(wide)
+    cov = torch.matmul(qw, pw.transpose(-1, -2)) / H                   # (B, C, K)
+    var = qw.pow(2).mean(-1)[:, :, None] + pw.pow(2).mean(-1)[:, None, :] + 2 * cov
+    rstd = torch.rsqrt(var.clamp_min(0) + eps).to(pc.dtype)           # 1 / sqrt(var(p_i + q_j) + eps)
+    if weight is not None:
+        pc, qc = pc * weight, qc * weight
+    return (qc[:, :, None, :] + pc[:, None, :, :]) * rstd[..., None]   # (B, C, K, H)
 
 
 def _future_mask(j0: int, j1: int, n_keys: int, device) -> torch.Tensor:
@@ -226,13 +247,17 @@ def _quadratic_chunk(p, q_chunk, j0, weight, bias, *, causal, activation, pre_no
     C = q_chunk.shape[1]
     n_keys = j0 + C if causal else p.shape[1]
     keys = p[:, :n_keys]
-    z = _pair_preactivations(keys, q_chunk, pre_norm, weight, bias, eps)  # (B, C, n_keys, H)
+    # for exp, a bias constant over i leaves the log-sum: log sum_i exp(z_ij + b) = b + log sum_i exp(z_ij)
+    outer_bias = bias if (activation == "exp" and pre_norm == "exact") else None
+    z = _pair_preactivations(keys, q_chunk, pre_norm, weight, None if outer_bias is not None else bias, eps)
     count = _counts(p.shape[1], causal, z)[j0: j0 + C]                  # (C, 1)
     mask = _future_mask(j0, j0 + C, n_keys, p.device)[..., None] if causal else None
     if activation == "exp":
         if mask is not None:
             z = z.masked_fill(mask, float("-inf"))
         reduced = torch.logsumexp(z, dim=2) - torch.log(count)          # log r_j (stable for any scale)
+        if outer_bias is not None:
+            reduced = reduced + outer_bias
     else:
         a = _ACT[activation](z)
         if mask is not None:

@@ -1,0 +1,240 @@
+"""The CausalRN / BiRN experiments of papers 000 and 001, as functions.
+
+Each takes ``profile=None`` (``seqlab.config.profile()``): ``quick`` sizes run on a CPU in seconds
+(the lesson calls them), ``full`` sizes are the papers' (001 App. D / 000 App. B: d_e = 192,
+12 blocks, batch 320, Adam at 5e-4, 2000 iterations, strings of 128). Any size can be overridden
+by keyword. Every experiment returns a plain dict.
+
+- ``relation-copying``: CausalRN (exact pre-activation norm) against the linear CausalRN on the
+  copying task under one budget (001 Fig. 4: only the former copies).
+- ``relation-copying-ablation``: 001 Fig. 2 / 000 Fig. 3 (post-reduction norm on/off;
+  pre-activation norm none/approx/exact; exp/relu/elu) and 000 Fig. 4d (state expansion 1/2/4).
+- ``relation-copying-scaling``: iterations to 99 % accuracy against string length (001 Fig. 4)
+  for causalrn, linear-causalrn, transformer and linear-transformer.
+- ``relation-birn-digits``: a BiRN with a CLS token on 2x2 patches of the 8x8 digits, and the
+  CLS heat map of 000 Fig. 7 read out by ``seqlab.inspect.birn_cls_heatmap``.
+- ``relation-text``: a linear CausalRN character model (000 §4.3) and a sample from it.
+"""
+from __future__ import annotations
+
+from seqlab import config
+from seqlab.experiments import experiment
+
+__all__ = ["copying_pair", "copying_ablation", "copying_scaling", "birn_digits", "text_model", "SIZES",
+           "ABLATION_VARIANTS", "train_copying"]
+
+# Sizes per profile. "quick" is tuned to run on 2 busy CPU cores; "full" follows the papers.
+SIZES = {
+    "copying": {
+        "quick": dict(length=16, d_model=64, depth=2, steps=300, batch_size=16, lr=3e-3, train_size=8000,
+                      test_size=256, eval_every=50),
+        "full": dict(length=128, d_model=192, depth=12, steps=2000, batch_size=320, lr=5e-4, train_size=400_000,
+                     test_size=1024, eval_every=50),
+    },
+    "ablation": {
+        "quick": dict(length=8, d_model=32, depth=2, steps=120, batch_size=16, lr=3e-3, train_size=4000,
+                      test_size=128, eval_every=20),
+        "full": dict(length=128, d_model=192, depth=12, steps=2000, batch_size=320, lr=5e-4, train_size=400_000,
+                     test_size=1024, eval_every=50),
+    },
+    "scaling": {
+        "quick": dict(lengths=(4, 8), d_model=32, depth=2, max_steps=150, batch_size=16, lr=3e-3, train_size=4000,
+                      test_size=128, eval_every=10),
+        "full": dict(lengths=(16, 32, 64, 128, 256), d_model=192, depth=12, max_steps=2000, batch_size=320, lr=5e-4,
+                     train_size=400_000, test_size=1024, eval_every=10),
+    },
+    "birn": {
+        "quick": dict(d_model=32, depth=2, steps=150, batch_size=32, lr=3e-3),
+        "full": dict(d_model=192, depth=6, steps=3000, batch_size=320, lr=5e-4),
+    },
+    "text": {
+        "quick": dict(d_model=64, depth=2, steps=150, batch_size=32, lr=3e-3, seq_len=64, max_chars=400_000),
+        "full": dict(d_model=768, depth=12, steps=20_000, batch_size=320, lr=1e-4, seq_len=512, max_chars=None),
+    },
+}
+
+# 001 Fig. 2 / 000 Fig. 3-4: the proposed CausalRN, then one change at a time.
+BASE = dict(activation="exp", pre_norm="exact", post_norm=True, state_expansion=1)
+ABLATION_VARIANTS = {
+    "post-norm": {"post-norm on (proposed)": {}, "post-norm off": {"post_norm": False}},
+    "pre-norm": {"exact (proposed)": {}, "approx": {"pre_norm": "approx"}, "none": {"pre_norm": "none"}},
+    "activation": {"exp (proposed)": {}, "relu": {"activation": "relu"}, "elu": {"activation": "elu"}},
+    "state-expansion": {"1x": {}, "2x": {"state_expansion": 2}, "4x": {"state_expansion": 4}},
+}
+
+
+def _sizes(kind: str, profile: str | None, overrides: dict) -> dict:
+    prof = profile or config.profile()
+    if prof not in SIZES[kind]:
+        raise ValueError(f"profile: expected one of {tuple(SIZES[kind])}, got {prof!r}")
+    sizes = dict(SIZES[kind][prof])
+    unknown = set(overrides) - set(sizes)
+    if unknown:
+        raise TypeError(f"unexpected keyword(s) {sorted(unknown)}; sizes are {sorted(sizes)}")
+    sizes.update({k: v for k, v in overrides.items() if v is not None})
+    return sizes
+
+
+def _copy_task(length: int, train_size: int, test_size: int, seed: int):
+    from seqlab import tasks
+
+    return tasks.copying(min_len=length, max_len=length, train_size=train_size, test_size=test_size, seed=seed,
+                         autoregressive_n=0)
+
+
+def train_copying(model_name: str, task, *, d_model: int, depth: int, steps: int, batch_size: int, lr: float,
+                  eval_every: int, seed: int = 0, callbacks=(), progress: bool = True, stop_at: float | None = None,
+                  **model_config):
+    """Build ``model_name`` for ``task`` and fit it; ``stop_at``: stop once the test accuracy reaches it.
+
+    Returns ``(model, history)``; ``history.final`` holds the last evaluation."""
+    from seqlab import models, train
+
+    config.seed_everything(seed)
+    extra = {"heads": 1} if "transformer" in model_name else {}   # 001 App. D: one head was best
+    model = models.build(model_name, vocab_size=task.vocab_size, d_model=d_model, depth=depth, **extra, **model_config)
+    callbacks = list(callbacks)
+    if stop_at is not None:
+        callbacks.append(_StopAt(stop_at))
+    history = train.fit(model, task, steps=steps, batch_size=batch_size, lr=lr, seed=seed, eval_every=eval_every,
+                        callbacks=callbacks, progress=progress, desc=model_name)
+    if history.final is None:   # stopped early: the last evaluation is the final one
+        evals = history.split("test")
+        history.final = {k: v for k, v in evals[-1].items() if k not in ("step", "split")} if evals else None
+    return model, history
+
+
+class _StopAt:
+    def __init__(self, threshold: float):
+        self.threshold = threshold
+
+    def __call__(self, history, record):
+        from seqlab.train import StopTraining
+
+        if record.get("split") == "test" and record.get("accuracy", 0.0) >= self.threshold:
+            raise StopTraining
+
+
+@experiment("relation-copying")
+def copying_pair(*, profile: str | None = None, seed: int = 0, callbacks=(), progress: bool = True, **sizes) -> dict:
+    """CausalRN (quadratic, exact pre-activation norm) vs linear CausalRN, same budget (001 Fig. 4).
+
+    Returns ``{"accuracy": {name: final parallel accuracy}, "histories": {name: History},
+    "sizes": ...}``."""
+    s = _sizes("copying", profile, sizes)
+    task = _copy_task(s["length"], s["train_size"], s["test_size"], seed)
+    run = {k: s[k] for k in ("d_model", "depth", "steps", "batch_size", "lr", "eval_every")}
+    out = {"accuracy": {}, "histories": {}, "sizes": s}
+    for name in ("causalrn", "linear-causalrn"):
+        cbs = [cb.run(name) if hasattr(cb, "run") else cb for cb in callbacks]
+        _, history = train_copying(name, task, seed=seed, callbacks=cbs, progress=progress, **run)
+        out["histories"][name] = history
+        out["accuracy"][name] = history.final["accuracy"]
+    return out
+
+
+@experiment("relation-copying-ablation")
+def copying_ablation(*, profile: str | None = None, seed: int = 0, groups=None, progress: bool = False, **sizes) -> dict:
+    """001 Fig. 2 (a-c) and 000 Fig. 4d: the proposed CausalRN, changing one component at a time.
+
+    Returns ``{"groups": {group: {label: History}}, "final": {group: {label: accuracy}}, "sizes": ...}``;
+    the proposed configuration is trained once and shared by every group."""
+    s = _sizes("ablation", profile, sizes)
+    groups = list(groups or ABLATION_VARIANTS)
+    bad = [g for g in groups if g not in ABLATION_VARIANTS]
+    if bad:
+        raise ValueError(f"groups: unknown {bad}; expected some of {list(ABLATION_VARIANTS)}")
+    task = _copy_task(s["length"], s["train_size"], s["test_size"], seed)
+    run = {k: s[k] for k in ("d_model", "depth", "steps", "batch_size", "lr", "eval_every")}
+    cache: dict[tuple, object] = {}
+    out = {"groups": {}, "final": {}, "sizes": s}
+    for group in groups:
+        out["groups"][group], out["final"][group] = {}, {}
+        for label, change in ABLATION_VARIANTS[group].items():
+            cfg = {**BASE, **change}
+            key = tuple(sorted(cfg.items()))
+            if key not in cache:
+                _, cache[key] = train_copying("causalrn", task, seed=seed, progress=progress, **run, **cfg)
+            out["groups"][group][label] = cache[key]
+            out["final"][group][label] = cache[key].final["accuracy"]
+    return out
+
+
+@experiment("relation-copying-scaling")
+def copying_scaling(*, profile: str | None = None, seed: int = 0, names=("causalrn", "linear-causalrn", "transformer",
+                    "linear-transformer"), threshold: float = 0.99, progress: bool = False, **sizes) -> dict:
+    """Iterations until 99 % test accuracy against string length (001 Fig. 4 / 000 Fig. 6).
+
+    Returns ``{"lengths": [...], "iterations": {name: [steps or None (not reached)]}, "final": ...}``."""
+    s = _sizes("scaling", profile, sizes)
+    run = {k: s[k] for k in ("d_model", "depth", "batch_size", "lr", "eval_every")}
+    out = {"lengths": list(s["lengths"]), "iterations": {}, "final": {}, "max_steps": s["max_steps"], "sizes": s}
+    for name in names:
+        out["iterations"][name], out["final"][name] = [], []
+        for length in s["lengths"]:
+            task = _copy_task(length, s["train_size"], s["test_size"], seed)
+            _, history = train_copying(name, task, steps=s["max_steps"], seed=seed, stop_at=threshold,
+                                       progress=progress, **run)
+            reached = [r["step"] for r in history.split("test") if r["accuracy"] >= threshold]
+            out["iterations"][name].append(reached[0] if reached else None)
+            out["final"][name].append(history.final["accuracy"])
+    return out
+
+
+@experiment("relation-birn-digits")
+def birn_digits(*, profile: str | None = None, seed: int = 0, callbacks=(), progress: bool = True, examples: int = 6,
+                **sizes) -> dict:
+    """A linear BiRN classifier with a CLS token on 2x2 patches of the 8x8 digits (000 §4.3), and
+    the CLS heat maps of 000 Fig. 7 for the first ``examples`` test images.
+
+    Returns ``{"accuracy", "history", "model", "task", "heatmaps" (n, rows, cols), "images" (n, 8, 8),
+    "labels"}``."""
+    from seqlab import inspect, models, tasks, train
+
+    s = _sizes("birn", profile, sizes)
+    task = tasks.digits(layout="patches")
+    config.seed_everything(seed)
+    model = models.build("birn", vocab_size=task.vocab_size, num_classes=task.num_classes, max_len=task.seq_len,
+                         d_model=s["d_model"], depth=s["depth"])
+    history = train.fit(model, task, steps=s["steps"], batch_size=s["batch_size"], lr=s["lr"], seed=seed,
+                        callbacks=callbacks, progress=progress, desc="birn")
+    test = task.tensors("test")
+    tokens = test["input_ids"][:examples]
+    heat = inspect.birn_cls_heatmap(model, tokens, task.info["grid"], layer=-1)
+    images = _digit_images(task, examples)
+    return {"accuracy": history.final["accuracy"], "history": history, "model": model, "task": task,
+            "heatmaps": heat, "images": images, "labels": test["labels"][:examples], "sizes": s}
+
+
+def _digit_images(task, n: int):
+    """The original 8x8 images of the first ``n`` test examples (for showing beside the heat maps)."""
+    import torch
+    from sklearn.datasets import load_digits
+
+    index = task.splits["test"]["index"][:n]
+    return torch.as_tensor(load_digits().images[index])
+
+
+@experiment("relation-text")
+def text_model(*, profile: str | None = None, seed: int = 0, callbacks=(), progress: bool = True,
+               prompt: str = "Return the ", new_tokens: int = 120, temperature: float = 0.8, top_k: int | None = 20,
+               **sizes) -> dict:
+    """A linear CausalRN character model on the default corpus (stdlib docstrings; 000 §4.3 used
+    WikiText-103) and a sample from ``prompt`` through the O(1)-per-token decoding step.
+
+    Returns ``{"history", "model", "task", "sample", "bits_per_char"}``."""
+    import math
+
+    import seqlab
+    from seqlab import models, tasks, train
+
+    s = _sizes("text", profile, sizes)
+    task = tasks.text(seq_len=s["seq_len"], max_chars=s["max_chars"])
+    config.seed_everything(seed)
+    model = models.build("linear-causalrn", vocab_size=task.vocab_size, d_model=s["d_model"], depth=s["depth"],
+                         max_len=max(s["seq_len"], len(prompt) + new_tokens))
+    history = train.fit(model, task, steps=s["steps"], batch_size=s["batch_size"], lr=s["lr"], seed=seed,
+                        callbacks=callbacks, progress=progress, desc="linear-causalrn (text)")
+    sample = seqlab.generate(model, prompt, new_tokens, temperature=temperature, top_k=top_k, seed=seed)
+    return {"history": history, "model": model, "task": task, "sample": sample,
+            "bits_per_char": history.final["loss"] / math.log(2), "sizes": s}
