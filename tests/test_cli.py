@@ -62,3 +62,21 @@ def test_parse_pairs_reads_literals():
         {"a": 3, "b": 1e-3, "c": True, "d": "mean", "e": (4, 4), "f_g": "x"}
     with pytest.raises(SystemExit, match="expected key=value"):
         parse_pairs(["oops"], "t")
+
+
+def test_cli_experiment_dispatches_to_the_registry(monkeypatch, capsys):
+    from seqlab import experiments
+
+    calls = []
+
+    def echo(scale=1.0, label="x"):
+        calls.append((scale, label))
+        return {"scale": scale, "label": label, "table": [{"a": 1}]}
+
+    monkeypatch.setattr(experiments, "_load_all", lambda: None)            # only the experiment registered here
+    monkeypatch.setitem(experiments._EXPERIMENTS, "cli-echo", echo)
+    assert main(["experiment", "cli-echo", "scale=0.5", "label=demo"]) == 0
+    assert calls == [(0.5, "demo")]
+    assert json.loads(capsys.readouterr().out) == {"scale": 0.5, "label": "demo", "table": [{"a": 1}]}
+    assert main(["experiment", "no-such-experiment"]) == 2
+    assert "unknown experiment 'no-such-experiment'" in capsys.readouterr().err
