@@ -125,11 +125,13 @@ def _associative(q, k, v, a, h0, scan_mode: str = "associative"):
 
     B, H, L, dk = q.shape
     dv = v.shape[-1]
-    x = (k[..., :, None] * v[..., None, :]).reshape(B, H, L, dk * dv)        # leaves k_n^T v_n   (B, H, L, dk*dv)
-    a_full = a[..., :, None].expand(B, H, L, dk, dv).reshape(B, H, L, dk * dv)  # diag(a_n) on each row of S
-    s0 = None if h0 is None else h0.reshape(B, H, dk * dv)
-    S = linear_scan(a_full, x, s0, mode=scan_mode).reshape(B, H, L, dk, dv)  # all states S_1..S_L
-    y = torch.einsum("bhld,bhlde->bhle", q, S)                                # eq. 8
+    # time at dim -2 and every (head, row, column) of the states side by side in the last dim
+    x = (k[..., :, None] * v[..., None, :]).permute(0, 2, 1, 3, 4).reshape(B, L, H * dk * dv)   # leaves k_n^T v_n
+    a_full = a[..., :, None].expand(B, H, L, dk, dv).permute(0, 2, 1, 3, 4).reshape(B, L, H * dk * dv)  # diag(a_n)
+    s0 = None if h0 is None else h0.reshape(B, H * dk * dv)
+    S = linear_scan(a_full, x, s0, mode=scan_mode)                          # all states S_1..S_L   (B, L, H*dk*dv)
+    S = S.reshape(B, L, H, dk, dv).permute(0, 2, 1, 3, 4)                  # (B, H, L, dk, dv)
+    y = (q[..., :, None] * S).sum(-2)                                         # eq. 8, y_n = q_n S_n
     final = S[:, :, -1] if L else (h0 if h0 is not None else q.new_zeros(B, H, dk, dv))
     return y, final
 
