@@ -312,7 +312,7 @@ def _call_hook(callbacks: Iterable, hook: str, *args) -> None:
             fn(*args)
 
 
-_RUN_KEYS = ("steps", "batch_size", "lr", "seed", "weight_decay", "warmup", "clip", "final_lr_ratio")
+_RUN_KEYS = ("steps", "batch_size", "lr", "seed", "weight_decay", "warmup", "clip", "final_lr_ratio", "betas")
 
 
 def fit(model: nn.Module, task: Task, *, steps: int, batch_size: int, lr: float, device: str | torch.device = "auto",
@@ -320,10 +320,11 @@ def fit(model: nn.Module, task: Task, *, steps: int, batch_size: int, lr: float,
         clip: float | None = 1.0, final_lr_ratio: float = 0.1, eval_every: int | None = None,
         eval_split: str | None = "test", eval_batch_size: int = 256, final_eval: bool = True,
         checkpoint: str | os.PathLike | None = None, checkpoint_every: int | None = None, resume: bool = False,
-        progress: bool = True, desc: str | None = None, threads: int | None = None) -> History:
+        progress: bool = True, desc: str | None = None, threads: int | None = None,
+        betas: tuple[float, float] = (0.9, 0.95)) -> History:
     """Train ``model`` on ``task.splits["train"]`` for ``steps`` optimizer steps.
 
-    AdamW (``lr``, ``weight_decay`` on matrices), learning rate warmed up linearly over ``warmup``
+    AdamW (``lr``, ``betas``, ``weight_decay`` on matrices), learning rate warmed up linearly over ``warmup``
     steps (default ``min(100, steps // 10)``) then cosine-decayed to ``final_lr_ratio * lr``;
     gradient norm clipped to ``clip`` (``None``: no clipping). ``seed`` fixes the batch order and
     the torch RNG (dropout). Every ``eval_every`` steps, and once at the end (``final_eval``),
@@ -346,7 +347,7 @@ def fit(model: nn.Module, task: Task, *, steps: int, batch_size: int, lr: float,
                     callbacks=callbacks, weight_decay=weight_decay, warmup=warmup, clip=clip,
                     final_lr_ratio=final_lr_ratio, eval_every=eval_every, eval_split=eval_split,
                     eval_batch_size=eval_batch_size, final_eval=final_eval, checkpoint=checkpoint,
-                    checkpoint_every=checkpoint_every, resume=resume, progress=progress, desc=desc)
+                    checkpoint_every=checkpoint_every, resume=resume, progress=progress, desc=desc, betas=betas)
     finally:
         if threads is not None:
             torch.set_num_threads(threads_before)
@@ -354,7 +355,7 @@ def fit(model: nn.Module, task: Task, *, steps: int, batch_size: int, lr: float,
 
 def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_decay, warmup, clip,
          final_lr_ratio, eval_every, eval_split, eval_batch_size, final_eval, checkpoint, checkpoint_every,
-         resume, progress, desc) -> History:
+         resume, progress, desc, betas) -> History:
     _check_fit_args(steps=steps, batch_size=batch_size, lr=lr, eval_every=eval_every,
                     checkpoint_every=checkpoint_every, seed=seed)
     if resume and checkpoint is None:
@@ -371,9 +372,10 @@ def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_
     dev = config.device(device)
     model.to(dev)
     run = {"steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed, "weight_decay": weight_decay,
-           "warmup": warmup, "clip": clip, "final_lr_ratio": final_lr_ratio, "model": _model_name(model),
+           "warmup": warmup, "clip": clip, "final_lr_ratio": final_lr_ratio, "betas": tuple(betas),
+           "model": _model_name(model),
            "task": task.name}
-    optimizer = torch.optim.AdamW(_param_groups(model, weight_decay), lr=lr, betas=(0.9, 0.95))
+    optimizer = torch.optim.AdamW(_param_groups(model, weight_decay), lr=lr, betas=tuple(betas))
     history = History(config=run)
     start = 0
     if resume and os.path.exists(checkpoint):
