@@ -313,6 +313,7 @@ class _GateLoopTriton(torch.autograd.Function):
         gateloop_fwd_kernel[(BH,)](*planes, y_re, y_im, L, DK, DV, C=chunk, BK=_block(DK), BV=_block(DV))
         ctx.save_for_backward(*planes)
         ctx.chunk = chunk
+        ctx.complex_inputs = (q.is_complex(), k.is_complex(), v.is_complex())
         return torch.complex(y_re, y_im)
 
     @staticmethod
@@ -326,7 +327,9 @@ class _GateLoopTriton(torch.autograd.Function):
         n_chunks = triton.cdiv(L, C)
         states = [torch.empty(BH, n_chunks, BK, BV, device=g_re.device, dtype=torch.float32) for _ in range(2)]
         gateloop_bwd_kernel[(BH,)](*planes, g_re, g_im, *outs, *states, L, DK, DV, C=C, BK=BK, BV=BV)
-        dq, dk, dv = torch.complex(outs[0], outs[1]), torch.complex(outs[2], outs[3]), torch.complex(outs[4], outs[5])
+        grads = [torch.complex(outs[i], outs[i + 1]) if is_c else outs[i]     # a real input gets the real part
+                 for i, is_c in zip((0, 2, 4), ctx.complex_inputs)]
+        dq, dk, dv = grads
         # d log a = d log|a| + i d arg a: the real plane goes to log|a|, the imaginary one to the phase
         return dq, dk, dv, outs[6], outs[7], None
 
