@@ -136,6 +136,17 @@ def test_no_decay_is_plain_linear_attention(mode, causal):
     check(decay_attention(q, k, v, decay="none", causal=causal, mode=mode), ref, TOL[mode], f"none {mode}")
 
 
+@pytest.mark.parametrize("mode", TORCH_MODES)
+@pytest.mark.parametrize("causal", [True, False])
+def test_multiplicative_one_decay_per_head(mode, causal):
+    """log_decay of shape (..., L, 1): the same decay on every channel (Lightning Attention's setting)."""
+    q, k, v = inputs(150)
+    ld = log_decays(k[..., :1], 0.0, 0.5)
+    ref = decay_attention_reference(q, k, v, decay="multiplicative", log_decay=ld.expand_as(k), causal=causal)
+    out = decay_attention(q, k, v, decay="multiplicative", log_decay=ld, causal=causal, mode=mode)
+    check(out, ref, TOL[mode], f"per-head decay {mode}")
+
+
 def test_multiplicative_long_chunked():
     q, k, v = inputs(1500, B=1, H=2, dk=4, dv=4)
     ld = log_decays(k, 0.0, 0.2)

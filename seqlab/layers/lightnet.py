@@ -1,2 +1,163 @@
-"""(being written)"""
-__all__ = []
+"""LightNet blocks (paper 003 §4, Fig. 3): MD-TPE, LightNet Attention (LNA), GLU, the LightNet layer.
+
+LNA (eq. 7-9)::
+
+    Q = X W_q, K = X W_k, V = X W_v, U = X W_u1 W_u2                          (eq. 9)
+    O = Norm[ additive_decay(phi(Q), K, V) ] * sigmoid(U),   phi = Swish       (eq. 7 causal, eq. 8 non-causal)
+
+with the decay shared with the key (``delta = exp(k)``), a normalisation after the attention
+(Qin et al. 2022) and a low-rank output gate. MD-LRPE enters the additive decay as Appendix A.2
+writes it: ``q`` becomes ``[q cos(phi), q sin(phi)]`` and the normalised key weight
+``exp(k_s)/sum exp(k)`` is multiplied by ``[cos(phi_s), sin(phi_s)]``, so the weight of ``v_s`` in
+``o_t`` carries ``cos(phi_t - phi_s)``: only the relative position. In ``decay_attention`` terms:
+``log_decay = [k, k]`` and the key multiplier is ``md_lrpe(1)``.
+
+Ablation switches (Tables 1, 5-7): ``lrpe``, ``decay`` (``"additive"``; ``"none"`` = the paper's
+"w/o Decay": SiLU keys, plain linear attention; ``"multiplicative"``: eq. 2 with a data-dependent
+``delta = softplus(X W_d)``, two scans when non-causal), ``share`` (key and decay shared, Table 5),
+``norm`` and ``gate_rank`` (Table 6). MD-TPE is its own block (``tpe`` in the model).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from seqlab.ops.decay import decay_attention
+from seqlab.ops.positional import md_lrpe, md_tpe
+
+__all__ = ["MDTPE", "LightNetAttention", "GLU", "LightNetLayer"]
+
+
+def _grid(shape, L: int) -> tuple[int, ...]:
+    """The grid of the ``L`` tokens: the configured ``shape``, or 1-D ``(L,)``."""
+    if shape is None:
+        return (L,)
+    if math.prod(shape) != L:
+        raise ValueError(f"tokens: this LightNet block was built for the grid {tuple(shape)} "
+                         f"({math.prod(shape)} tokens), got a sequence of length {L}")
+    return tuple(shape)
+
+
+class MDTPE(nn.Module):
+    """MD-TPE (eq. 11) as a residual block: ``x + W_o md_tpe(x, grid, lambda)``, ``lambda = sigmoid(theta)``
+    learnable, ``e`` exponentials per feature (the SSM hidden size)."""
+
+    def __init__(self, d_model: int, *, shape=None, e: int = 4):
+        super().__init__()
+        self.shape = None if shape is None else tuple(shape)
+        self.e = e
+        # decays initialised from 0.5 to 0.95 across the e exponentials: short and long ranges
+        init = torch.linspace(0.5, 0.95, e)[:, None].expand(e, d_model)
+        self.decay_logit = nn.Parameter(torch.logit(init).clone())
+        self.out = nn.Linear(d_model, d_model)
+        nn.init.normal_(self.out.weight, std=0.02)
+        nn.init.zeros_(self.out.bias)
+
+    @property
+    def decays(self) -> torch.Tensor:
+        return torch.sigmoid(self.decay_logit)                                   # (e, d) in (0, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = _grid(self.shape, x.shape[-2])
+        y = md_tpe(x, shape, self.decays.to(x.dtype)) / (len(shape) * self.e)
+        return x + self.out(y)
+
+
+class LightNetAttention(nn.Module):
+    """LNA: ``(B, L, D) -> (B, L, D)``; see the module docstring for the switches."""
+
+    def __init__(self, d_model: int, n_heads: int = 4, *, causal: bool = True, shape=None, decay: str = "additive",
+                 lrpe: bool = True, share: bool = True, norm: bool = True, gate_rank: int | None = None,
+                 lrpe_base: float = 10000.0, mode: str = "auto"):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model: expected a multiple of n_heads={n_heads}, got {d_model}")
+        if decay not in ("additive", "multiplicative", "none"):
+            raise ValueError(f"decay: expected 'additive', 'multiplicative' or 'none', got {decay!r}")
+        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        self.causal, self.shape, self.decay, self.lrpe, self.share = causal, shape, decay, lrpe, share
+        self.lrpe_base, self.mode = lrpe_base, mode
+        self.q = nn.Linear(d_model, d_model, bias=False)
+        self.k = nn.Linear(d_model, d_model, bias=False)
+        self.v = nn.Linear(d_model, d_model, bias=False)
+        # a separate decay projection: the "no share" ablation, or the multiplicative delta
+        self.d = nn.Linear(d_model, d_model) if (decay == "multiplicative" or not share) else None
+        rank = gate_rank if gate_rank is not None else max(1, d_model // 8)
+        self.u1 = nn.Linear(d_model, rank, bias=False)                          # low-rank output gate
+        self.u2 = nn.Linear(rank, d_model)
+        self.norm = nn.RMSNorm(d_model) if norm else nn.Identity()
+        self.out = nn.Linear(d_model, d_model)
+
+    def heads(self, x: torch.Tensor) -> torch.Tensor:
+        B, L, _ = x.shape
+        return x.view(B, L, self.n_heads, self.head_dim).transpose(1, 2)         # (B, H, L, dh)
+
+    def mixer_inputs(self, x: torch.Tensor):
+        """``(q, k, v, log_decay)`` exactly as passed to ``decay_attention`` (also used by ``seqlab.inspect``)."""
+        L = x.shape[1]
+        shape = _grid(self.shape, L)
+        q = self.heads(F.silu(self.q(x)))                                        # phi = Swish     (B, H, L, dh)
+        k, v = self.heads(self.k(x)), self.heads(self.v(x))
+        ld = None
+        if self.decay == "additive":
+            if not self.share:
+                ld = self.heads(self.d(x))
+            if self.lrpe:
+                ld = torch.cat([k, k] if ld is None else [ld, ld], dim=-1)      # log-importance per (cos, sin) lane
+                mult = md_lrpe(torch.ones(L, self.head_dim, dtype=x.dtype, device=x.device), shape,
+                               base=self.lrpe_base)
+                k = mult.expand(*k.shape[:-1], 2 * self.head_dim) if self.share else md_lrpe(k, shape,
+                                                                                           base=self.lrpe_base)
+                q = md_lrpe(q, shape, base=self.lrpe_base)
+        else:
+            k = F.silu(k)
+            if self.decay == "multiplicative":
+                ld = F.softplus(self.heads(self.d(x)))                           # delta >= 0
+            if self.lrpe:
+                q, k = md_lrpe(q, shape, base=self.lrpe_base), md_lrpe(k, shape, base=self.lrpe_base)
+                ld = None if ld is None else torch.cat([ld, ld], dim=-1)
+        return q, k, v, ld
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, L, D = x.shape
+        q, k, v, ld = self.mixer_inputs(x)
+        o = decay_attention(q, k, v, decay=self.decay, log_decay=ld, causal=self.causal, mode=self.mode)
+        o = o.transpose(1, 2).reshape(B, L, D)
+        gate = torch.sigmoid(self.u2(self.u1(x)))                                # psi(U), U = X W_u1 W_u2
+        return self.out(self.norm(o) * gate)
+
+
+class GLU(nn.Module):
+    """Gated linear unit (Shazeer 2020): ``W_3 (act(X W_1) * X W_2)``."""
+
+    def __init__(self, d_model: int, hidden: int | None = None, activation: str = "silu"):
+        super().__init__()
+        hidden = hidden or 2 * d_model
+        self.w1 = nn.Linear(d_model, hidden)
+        self.w2 = nn.Linear(d_model, hidden)
+        self.w3 = nn.Linear(hidden, d_model)
+        acts = {"silu": F.silu, "sigmoid": torch.sigmoid, "none": lambda t: t}
+        if activation not in acts:
+            raise ValueError(f"activation: expected one of {sorted(acts)}, got {activation!r}")
+        self.act = acts[activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w3(self.act(self.w1(x)) * self.w2(x))
+
+
+class LightNetLayer(nn.Module):
+    """One LightNet layer (Fig. 3): ``x + LNA(norm(x))`` then ``x + GLU(norm(x))``."""
+
+    def __init__(self, d_model: int, n_heads: int = 4, *, glu_hidden: int | None = None, **attention):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d_model)
+        self.attn = LightNetAttention(d_model, n_heads, **attention)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.glu = GLU(d_model, glu_hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.glu(self.norm2(x))

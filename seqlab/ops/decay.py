@@ -185,8 +185,10 @@ def _check_inputs(q, k, v, decay, log_decay):
         check_tensor("log_decay", log_decay)
         if log_decay.is_complex():
             raise TypeError(f"log_decay: expected a real tensor, got {describe(log_decay)}")
-        if log_decay.shape != k.shape:
-            raise ValueError(f"log_decay: expected the shape of k {tuple(k.shape)}, got {describe(log_decay)}")
+        scalar = decay == "multiplicative" and log_decay.shape == k.shape[:-1] + (1,)
+        if log_decay.shape != k.shape and not scalar:
+            extra = " or (..., L, 1) (one decay per head)" if decay == "multiplicative" else ""
+            raise ValueError(f"log_decay: expected the shape of k {tuple(k.shape)}{extra}, got {describe(log_decay)}")
     devices = {t.device for t in (q, k, v, log_decay) if t is not None}
     if len(devices) > 1:
         raise ValueError(f"q, k, v, log_decay: expected one device, got {sorted(map(str, devices))}")
@@ -408,11 +410,14 @@ def _multiplicative_chunked(q, k, v, log_decay, chunk=64):
             it = torch.result_type(qc, S)
             out = out + (qc.to(it) @ S.to(it)).to(out.dtype)
         return out.reshape(*out.shape[:-3], n * C, -1)[..., :L, :]
-    G = _pad_to_chunks(log_decay, C).cumsum(-2)                                    # (..., n, C, dk)
+    G = _pad_to_chunks(log_decay, C).cumsum(-2)                                    # (..., n, C, dk or 1)
     expo = G[..., None, :, :] - G[..., :, None, :]                                  # [t, s] = G_s - G_t
     W = torch.where(causal[..., None], expo, torch.full((), -torch.inf, dtype=G.dtype, device=G.device)).exp()
     at = torch.result_type(qc, kc)
-    A = torch.einsum("...ti,...tsi,...si->...ts", qc.to(at), W.to(at), kc.to(at))  # (..., n, C, C)
+    if G.shape[-1] == 1:   # one decay per head (RetNet / TNL / Lightning Attention): a (C, C) decay mask
+        A = (qc.to(at) @ kc.to(at).transpose(-1, -2)) * W[..., 0].to(at)            # (..., n, C, C)
+    else:                  # one decay per channel (GLA / HGRN2): a (C, C, dk) tensor
+        A = torch.einsum("...ti,...tsi,...si->...ts", qc.to(at), W.to(at), kc.to(at))
     ot = torch.result_type(A, vc)
     out = A.to(ot) @ vc.to(ot)
     if n > 1:
@@ -466,8 +471,8 @@ def decay_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, decay:
     - ``"additive"`` (LightNet): causal eq. 7, non-causal eq. 8 (one pass). ``log_decay=None`` shares the
       decay with the key (``delta = exp(k)``); a given ``log_decay`` supplies ``delta = exp(log_decay)``
       and ``k`` then multiplies ``kbar`` (see the module docstring);
-    - ``"multiplicative"``: eq. 2 with ``lambda_t = exp(-log_decay_t)`` (``log_decay >= 0`` required);
-      non-causal is the forward scan plus the backward scan of §3.1 (the diagonal counted by both);
+    - ``"multiplicative"``: eq. 2 with ``lambda_t = exp(-log_decay_t)`` (``log_decay >= 0`` required), shaped
+      like ``k`` (one decay per channel) or ``(..., L, 1)`` (one per head, as Lightning Attention); non-causal is the forward scan plus the backward scan of §3.1 (the diagonal counted by both);
     - ``"none"``: plain linear attention (``lambda_t = 1``); non-causal is the right product ``Q (K^T V)``.
 
     ``mode``: ``"recurrent"`` (the loops, log-domain), ``"parallel"`` (additive: cumulative log-domain
