@@ -1,0 +1,95 @@
+"""Time GateLoop's modes on CPU and compare ``mode="auto"`` with the public ``gateloop-transformer`` operator.
+
+    python benchmarks/gateloop.py                 # L = 4096, both shape settings
+    python benchmarks/gateloop.py --lengths 1024 4096 16384 --repeats 5
+
+Columns: milliseconds per call (forward, float32), ratio against the sequential recurrence (eq. 7-8),
+against the memory-traffic floor (one fused elementwise pass over the same input and output bytes),
+and against the public operator ``gateloop_transformer.gateloop_transformer.gate_loop_operator``
+(Phil Wang's PyTorch port: an associative scan over the ``(a_n, k_n^T v_n)`` pairs, eq. 12-13) when
+that package is installed (``pip install gateloop-transformer``; not a seqlab dependency). Both get
+the same inputs; the public operator returns ``q Re(S_n)``, which is ``Re(y_n)`` for real ``q``.
+The "speed-up vs public" line is ``time(public) / time(auto)``.
+
+Shapes: ``max-headed`` is the paper's setting (Appendix C: d_h = 1, one head per channel, 64 channels);
+``multi-dim`` uses 8 heads with dk = dv = 16.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import torch
+
+from seqlab.ops import relative_error
+from seqlab.ops.gateloop import gateloop
+
+SETTINGS = {"max-headed": dict(B=1, H=64, dk=1, dv=1), "multi-dim": dict(B=1, H=8, dk=16, dv=16)}
+
+
+def make_inputs(B, H, L, dk, dv, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(B, H, L, dk, generator=g), torch.randn(B, H, L, dk, generator=g)
+    v = torch.randn(B, H, L, dv, generator=g)
+    mag = torch.sigmoid(torch.randn(B, H, L, dk, generator=g) + 2.0)
+    a = torch.polar(mag, torch.randn(B, H, L, dk, generator=g))
+    return q, k, v, a
+
+
+def timed(fn, repeats: int) -> float:
+    fn()                                                   # warm-up
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best * 1e3
+
+
+def public_operator():
+    try:
+        from gateloop_transformer.gateloop_transformer import gate_loop_operator
+    except ImportError:
+        return None
+
+    def run(q, k, v, a):
+        B, H, L, dk = q.shape
+        fold = lambda t: t.reshape(B * H, L, t.shape[-1])                          # noqa: E731
+        return gate_loop_operator(fold(q), fold(k), fold(v), fold(a)[..., None])    # (B*H, L, dv), real
+    return run
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[4096])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on a shared machine)")
+    parser.add_argument("--sequential-max", type=int, default=4096, help="skip the recurrent mode above this length")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    public = public_operator()
+    print(f"torch {torch.__version__}, {args.threads} thread(s); public operator: "
+          f"{'gateloop-transformer installed' if public else 'not installed (pip install gateloop-transformer)'}")
+    for name, shape in SETTINGS.items():
+        for L in args.lengths:
+            q, k, v, a = make_inputs(L=L, **shape)
+            print(f"\n{name}: B={shape['B']} H={shape['H']} L={L} dk={shape['dk']} dv={shape['dv']}")
+            floor = timed(lambda: torch.add(q * k + a.real, v.sum(-1, keepdim=True)), args.repeats)
+            modes = ["auto", "chunked", "associative"] + (["recurrent"] if L <= args.sequential_max else [])
+            times = {m: timed(lambda m=m: gateloop(q, k, v, a, mode=m), args.repeats) for m in modes}
+            base = times.get("recurrent")
+            print(f"{'mode':>14} {'ms':>10} {'vs recurrent':>13} {'vs floor':>9}")
+            for m, t in times.items():
+                speed = f"{base / t:12.1f}x" if base else f"{'-':>13}"
+                print(f"{m:>14} {t:10.2f} {speed} {t / floor:8.1f}x")
+            print(f"{'floor':>14} {floor:10.2f}")
+            if public is not None:
+                t_pub = timed(lambda: public(q, k, v, a), args.repeats)
+                err = relative_error(public(q, k, v, a).reshape(v.shape), gateloop(q, k, v, a).real)
+                print(f"{'public op':>14} {t_pub:10.2f}   (same outputs: relative difference {err:.1e})")
+                print(f"speed-up of auto vs the public gateloop-transformer operator: {t_pub / times['auto']:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
