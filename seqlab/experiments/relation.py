@@ -26,29 +26,29 @@ __all__ = ["copying_pair", "copying_ablation", "copying_scaling", "birn_digits",
 # Sizes per profile. "quick" is tuned to run on 2 busy CPU cores; "full" follows the papers.
 SIZES = {
     "copying": {
-        "quick": dict(length=16, d_model=64, depth=2, steps=300, batch_size=16, lr=3e-3, train_size=8000,
-                      test_size=256, eval_every=50),
+        "quick": dict(length=16, d_model=64, depth=1, steps=250, batch_size=16, lr=3e-3, train_size=8000,
+                      test_size=256, eval_every=25),
         "full": dict(length=128, d_model=192, depth=12, steps=2000, batch_size=320, lr=5e-4, train_size=400_000,
                      test_size=1024, eval_every=50),
     },
     "ablation": {
-        "quick": dict(length=8, d_model=32, depth=2, steps=120, batch_size=16, lr=3e-3, train_size=4000,
+        "quick": dict(length=6, d_model=64, depth=1, steps=120, batch_size=16, lr=3e-3, train_size=4000,
                       test_size=128, eval_every=20),
         "full": dict(length=128, d_model=192, depth=12, steps=2000, batch_size=320, lr=5e-4, train_size=400_000,
                      test_size=1024, eval_every=50),
     },
     "scaling": {
-        "quick": dict(lengths=(4, 8), d_model=32, depth=2, max_steps=150, batch_size=16, lr=3e-3, train_size=4000,
+        "quick": dict(lengths=(4, 8), d_model=64, depth=1, max_steps=150, batch_size=16, lr=3e-3, train_size=4000,
                       test_size=128, eval_every=10),
         "full": dict(lengths=(16, 32, 64, 128, 256), d_model=192, depth=12, max_steps=2000, batch_size=320, lr=5e-4,
                      train_size=400_000, test_size=1024, eval_every=10),
     },
     "birn": {
-        "quick": dict(d_model=32, depth=2, steps=150, batch_size=32, lr=3e-3),
-        "full": dict(d_model=192, depth=6, steps=3000, batch_size=320, lr=5e-4),
+        "quick": dict(d_model=32, depth=2, steps=400, batch_size=32, lr=3e-3, levels=2, pre_norm="approx"),
+        "full": dict(d_model=192, depth=6, steps=3000, batch_size=320, lr=5e-4, levels=4, pre_norm="none"),
     },
     "text": {
-        "quick": dict(d_model=64, depth=2, steps=150, batch_size=32, lr=3e-3, seq_len=64, max_chars=400_000),
+        "quick": dict(d_model=64, depth=2, steps=150, batch_size=32, lr=3e-3, seq_len=64, max_chars=300_000),
         "full": dict(d_model=768, depth=12, steps=20_000, batch_size=320, lr=1e-4, seq_len=512, max_chars=None),
     },
 }
@@ -192,10 +192,10 @@ def birn_digits(*, profile: str | None = None, seed: int = 0, callbacks=(), prog
     from seqlab import inspect, models, tasks, train
 
     s = _sizes("birn", profile, sizes)
-    task = tasks.digits(layout="patches")
+    task = tasks.digits(layout="patches", levels=s["levels"])
     config.seed_everything(seed)
     model = models.build("birn", vocab_size=task.vocab_size, num_classes=task.num_classes, max_len=task.seq_len,
-                         d_model=s["d_model"], depth=s["depth"])
+                         d_model=s["d_model"], depth=s["depth"], pre_norm=s["pre_norm"])
     history = train.fit(model, task, steps=s["steps"], batch_size=s["batch_size"], lr=s["lr"], seed=seed,
                         callbacks=callbacks, progress=progress, desc="birn")
     test = task.tensors("test")
