@@ -34,14 +34,14 @@ __all__ = ["SIZES", "make_task", "matched_width", "comparison_models", "fst_comp
 
 SIZES = {
     "digits": {
-        "quick": dict(hidden=32, depth=2, steps=160, batch_size=32, lr=5e-3, transformer_lr=3e-3, eval_every=40,
+        "quick": dict(hidden=32, depth=2, steps=120, batch_size=32, lr=5e-3, transformer_lr=3e-3, eval_every=40,
                       threads=1, task_kwargs={}),
         "full": dict(hidden=128, depth=2, steps=6000, batch_size=64, lr=1e-3, transformer_lr=1e-4, eval_every=500,
                      threads=None, task_kwargs={}),
     },
     "listops": {
-        "quick": dict(hidden=32, depth=2, steps=160, batch_size=32, lr=5e-3, transformer_lr=3e-3, eval_every=40, threads=1,
-                      task_kwargs=dict(n_train=4000, n_validation=500, n_test=500, max_depth=4, max_args=5,
+        "quick": dict(hidden=32, depth=2, steps=60, batch_size=32, lr=5e-3, transformer_lr=3e-3, eval_every=30,
+                      threads=1, task_kwargs=dict(n_train=4000, n_validation=500, n_test=500, max_depth=4, max_args=5,
                                        min_length=8, max_length=64)),
         "full": dict(hidden=256, depth=6, steps=100_000, batch_size=16, lr=1e-4, transformer_lr=1e-4,
                      eval_every=5000, threads=None,
