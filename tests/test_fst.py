@@ -131,3 +131,55 @@ def test_models_shapes_and_parameter_counts():
     # the twisted half adds exactly: W̄_in 2L^2, h̄_0 2L, ν θ 2L, MLP2 2(L^2 + L), LayerNorm 2H, p2 1
     extra = 2 * L * L + 2 * L + 2 * L + 2 * (L * L + L) + 2 * H + 1
     assert count_parameters(fst) - count_parameters(lrnn) == 2 * extra
+
+
+def test_inspect_readouts():
+    from seqlab import inspect
+
+    model = build("fst", vocab_size=9, num_classes=4, seq_len=12, hidden=8, depth=3)
+    with torch.no_grad():
+        model.blocks[1].p2.fill_(2.0)
+    alphas = inspect.fst_alphas(model)
+    assert [a["block"] for a in alphas] == [0, 1, 2]
+    assert alphas[1]["alpha2"] == pytest.approx(1 / (1 + torch.exp(torch.tensor(-2.0)).item()))
+    assert alphas[0]["alpha1"] == 0.5
+    assert inspect.fst_alphas(build("lrnn", vocab_size=9, num_classes=4, hidden=8))[0]["alpha2"] is None
+    tokens = torch.randint(0, 9, (5, 12))
+    read = inspect.fst_representation_changes(model, tokens)
+    check(read["logits"], model(tokens).detach(), 1e-6, "read-out logits = model logits")
+    off = inspect.fst_representation_changes(model, tokens, alphas=(0.0, 0.0))
+    assert all(c["sequence_half"] == 0 and c["twisted_half"] == 0 for c in off["changes"])
+    eig = inspect.lrnn_eigenvalues(model)
+    assert len(eig) == 6 and eig[1]["lambda"].shape == (12,) and eig[0]["lambda"].shape == (8,)
+
+
+def test_parameter_matching_and_twist_cost():
+    from seqlab.experiments import lrnn as fst_exp
+
+    cfg = fst_exp.comparison_models(vocab_size=17, num_classes=10, seq_len=32, hidden=16, depth=2)
+    target = cfg["fst"][1]
+    assert cfg["lrnn"][0]["depth"] == 4 and cfg["transformer"][0]["depth"] == 2
+    for name in ("lrnn", "transformer"):
+        width_key = "hidden" if name == "lrnn" else "d_model"
+        width, n = cfg[name][0][width_key], cfg[name][1]
+        step = 2 if name == "lrnn" else 4
+        # no neighbouring width is closer to the FST's count than the chosen one
+        for other in (width - step, width + step):
+            m = count_parameters(build(name, vocab_size=17, num_classes=10, seq_len=32,
+                                       **{k: v for k, v in cfg[name][0].items() if k != width_key},
+                                       **{width_key: other}))
+            assert abs(n - target) <= abs(m - target)
+    cost = fst_exp.twist_cost(seq_len=16, hiddens=(8, 16, 32), repeats=1)
+    assert cost["multiplies"]["attention along features"] == [2 * h * h * 16 for h in (8, 16, 32)]
+    assert all(t > 0 for t in cost["seconds"]["LRNN along features"])
+
+
+def test_comparison_experiment_runs():
+    from seqlab.experiments import run
+
+    out = run("fst-comparison", task="digits", models=("fst", "lrnn"), steps=2, eval_every=2, progress=False)
+    assert [r["model"] for r in out["rows"]] == ["fst", "lrnn"]
+    assert all(0 <= r["test_accuracy"] <= 1 and r["params"] > 0 for r in out["rows"])
+    assert len(out["alphas"]) == 2
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        run("fst-comparison", task="digits", step=3)
