@@ -76,14 +76,20 @@ def test_format_padding_and_bounds(task):
             assert body[-1] == "]"
 
 
-def test_splits_are_disjoint_and_seeded(task):
+def test_splits_are_disjoint_and_seeded(task, tmp_path, monkeypatch):
     keys = {s: {tuple(x) for x in ds["input_ids"]} for s, ds in task.splits.items()}
     assert not keys["train"] & keys["test"] and not keys["train"] & keys["validation"]
     assert not keys["validation"] & keys["test"]
-    again = listops(n_train=1500, n_validation=300, n_test=300)
-    assert again.splits["test"]["input_ids"] == task.splits["test"]["input_ids"]
-    other = listops(n_train=1500, n_validation=300, n_test=300, seed=1)
-    assert other.splits["test"]["input_ids"] != task.splits["test"]["input_ids"]
+    # regenerate from scratch (two empty cache folders): the seed alone fixes the splits
+    fresh = []
+    for folder in ("a", "b"):
+        monkeypatch.setenv("SEQLAB_DATA", str(tmp_path / folder))
+        fresh.append(listops(n_train=300, n_validation=50, n_test=50))
+        assert (tmp_path / folder / "cache").exists()
+    assert fresh[0].splits["test"]["input_ids"] == fresh[1].splits["test"]["input_ids"]
+    assert fresh[0].splits["train"]["labels"] == fresh[1].splits["train"]["labels"]
+    other = listops(n_train=300, n_validation=50, n_test=50, seed=1)
+    assert other.splits["test"]["input_ids"] != fresh[0].splits["test"]["input_ids"]
 
 
 def test_longer_bounds_and_all_operators():

@@ -20,7 +20,8 @@ Tokens: ``0 = <pad>``, ``1..10`` = digits ``"0".."9"``, then ``[MIN [MAX [MED [S
 always holds the closing ``]`` (or the lone digit) — the position a last-position classifier
 reads (002 §3.2: "the target prediction is the output of the final element").
 
-Splits are drawn from one seeded stream; an expression appears in at most one split.
+Splits are drawn from one seeded stream; an expression appears in at most one split. They are
+cached under ``data/cache/`` (``seqlab.tasks._cache``): Long ListOps takes minutes to draw once.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import random
 
 import numpy as np
 
+from seqlab.tasks._cache import cached_splits
 from seqlab.tasks.base import Task
 
 __all__ = ["listops", "OPERATORS", "ITOS", "generate_tree", "tree_tokens", "tree_value"]
@@ -38,6 +40,7 @@ PAD = "<pad>"
 DIGITS = tuple(str(d) for d in range(10))
 ITOS = [PAD, *DIGITS, *OPERATORS, CLOSE]
 STOI = {s: i for i, s in enumerate(ITOS)}
+GENERATOR_VERSION = 1   # part of the cache key: bump when the generator changes
 
 
 def generate_tree(rng: random.Random, depth: int, max_depth: int, max_args: int, op_prob: float):
@@ -131,17 +134,25 @@ def listops(*, n_train: int = 4000, n_validation: int = 500, n_test: int = 500, 
         raise ValueError(f"min_length: expected <= max_length={max_length}, got {min_length}")
     if not 0.0 < op_prob < 1.0:
         raise ValueError(f"op_prob: expected a probability in (0, 1), got {op_prob!r}")
-    rng, seen = random.Random(seed), set()
-    sizes = {"train": n_train, "validation": n_validation, "test": n_test}
-    max_tries = 200 * sum(sizes.values()) + 10_000
-    splits = {}
-    for split, n in sizes.items():
-        examples = _draw_examples(rng, n, max_depth=max_depth, max_args=max_args, op_prob=op_prob,
-                                  min_length=min_length, max_length=max_length, seen=seen, max_tries=max_tries)
-        splits[split] = Dataset.from_dict({
-            "input_ids": [encode(tokens, max_length) for tokens, _ in examples],
-            "labels": [label for _, label in examples],
-        })
+    params = {"n_train": n_train, "n_validation": n_validation, "n_test": n_test, "max_depth": max_depth,
+              "max_args": max_args, "min_length": min_length, "max_length": max_length, "op_prob": op_prob,
+              "seed": seed, "generator_version": GENERATOR_VERSION}
+
+    def build() -> dict:
+        rng, seen = random.Random(seed), set()
+        sizes = {"train": n_train, "validation": n_validation, "test": n_test}
+        max_tries = 200 * sum(sizes.values()) + 10_000
+        splits = {}
+        for split, n in sizes.items():
+            examples = _draw_examples(rng, n, max_depth=max_depth, max_args=max_args, op_prob=op_prob,
+                                      min_length=min_length, max_length=max_length, seen=seen, max_tries=max_tries)
+            splits[split] = Dataset.from_dict({
+                "input_ids": [encode(tokens, max_length) for tokens, _ in examples],
+                "labels": [label for _, label in examples],
+            })
+        return splits
+
+    splits = cached_splits("listops", params, build)
     info = {"max_depth": max_depth, "max_args": max_args, "min_length": min_length, "max_length": max_length,
             "op_prob": op_prob, "seed": seed, "padding": "left, with <pad> (id 0)"}
     return Task(name="listops", splits=splits, seq_len=max_length, vocab_size=len(ITOS), num_classes=10,
