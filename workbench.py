@@ -93,7 +93,10 @@ def lab(args: list[str]) -> int:
 
 def test(args: list[str]) -> int:
     py = ensure_environment()
-    env = dict(os.environ, SEQLAB_PROFILE="quick", TRITON_DEFAULT_FP_FUSION="1", PYTHONHASHSEED="0")
+    # Two pytest workers on two cores: one math thread each (more threads oversubscribe the cores
+    # and make torch many times slower). Notebooks under nbval inherit this environment.
+    env = dict(os.environ, SEQLAB_PROFILE="quick", TRITON_DEFAULT_FP_FUSION="1", PYTHONHASHSEED="0",
+               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     cmd = [py, "-m", "pytest", *(args or PYTEST_ARGS)]
     if args:  # a narrower run still validates notebooks the same way
         cmd = [py, "-m", "pytest", "--nbval-current-env", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg",

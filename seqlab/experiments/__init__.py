@@ -37,7 +37,7 @@ def names() -> list[str]:
     return sorted(_EXPERIMENTS)
 
 
-def run(name: str, **kwargs):
+def run(name: str, /, **kwargs):
     _load_all()
     if name not in _EXPERIMENTS:
         raise ValueError(f"experiment: unknown experiment {name!r}; expected one of {sorted(_EXPERIMENTS)}")
