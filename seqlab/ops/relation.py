@@ -53,12 +53,13 @@ from seqlab.ops._checks import check_finite, check_mode, check_shape, check_tens
 
 __all__ = ["relation", "relation_reference", "relation_pairs", "relation_attention_matrix", "relation_query",
            "relation_state", "relation_step", "RelationState", "feature_layer_norm",
-           "RELATION_ACTIVATIONS", "RELATION_PRE_NORMS", "RELATION_MODES"]
+           "RELATION_ACTIVATIONS", "RELATION_PRE_NORMS", "RELATION_MODES", "RELATION_PAIR_BUDGET"]
 
 RELATION_ACTIVATIONS = ("exp", "relu", "elu", "gelu")
 RELATION_PRE_NORMS = ("none", "approx", "exact")
 RELATION_MODES = ("auto", "quadratic", "linear")
 _PAIR_BUDGET = 1 << 22      # max pair entries (B * chunk * L * H) alive at once in quadratic mode
+RELATION_PAIR_BUDGET = _PAIR_BUDGET  # public, read-only view of the quadratic mode's memory bound
 _TINY = 1e-30               # floor of the per-token constant for non-exp activations
 LN_EPS = 1e-5
 
