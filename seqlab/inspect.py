@@ -309,3 +309,72 @@ def fst_representation_changes(model: nn.Module, tokens: torch.Tensor,
 
 
 __all__ += ["fst_alphas", "lrnn_eigenvalues", "fst_representation_changes"]
+
+
+# ----------------------------------------------------------------------------- LightNet (paper 003)
+
+
+def _lightnet_attention(model: nn.Module, layer: int):
+    from seqlab.layers.lightnet import LightNetAttention
+
+    found = [m for m in model.modules() if isinstance(m, LightNetAttention)]
+    if not found:
+        raise ValueError(f"model: {type(model).__name__} has no LightNet attention")
+    if not -len(found) <= layer < len(found):
+        raise ValueError(f"layer: expected an index in [-{len(found)}, {len(found)}), got {layer}")
+    return found[layer]
+
+
+def lightnet_attention_matrix(model: nn.Module, tokens: torch.Tensor, layer: int = 0) -> torch.Tensor:
+    """The effective attention of LightNet layer ``layer``: ``A: (B, H, L, L)`` with
+    ``o_t = sum_s A[t, s] v_s`` before the norm and gate (eq. 7 / eq. 8, with MD-LRPE folded in).
+
+    Additive: ``A[t, s] = sum_i q_ti m_si exp(d_si - log s_ti)`` (``s <= t`` causal; ``log s_t`` the
+    causal log-sum, or the whole sequence's non-causal); multiplicative: ``sum_i q_ti k_si c^i_ts``
+    (Theorem 3.1's ``c_ts`` per channel); none: ``q_t . k_s``.
+    """
+    from seqlab.ops.decay import decay_coefficients
+
+    lna = _lightnet_attention(model, layer)
+    caught = {}
+    handle = lna.register_forward_hook(lambda _m, inputs, _out: caught.setdefault("x", inputs[0].detach()))
+    tokens = _check_tokens(tokens)
+    try:
+        with evaluating(model):
+            model(tokens.to(_model_device(model)))
+            q, k, v, ld = lna.mixer_inputs(caught["x"])
+    finally:
+        handle.remove()
+    L = q.shape[-2]
+    causal_mask = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
+    if lna.decay == "additive":
+        d = k if ld is None else ld
+        mult = torch.ones_like(k) if ld is None else k
+        if lna.causal:
+            log_s = torch.logcumsumexp(d, dim=-2)
+            expo = d[..., None, :, :] - log_s[..., :, None, :]                        # [t, s, i]
+            W = torch.where(causal_mask[..., None], expo, torch.full((), -torch.inf, device=q.device)).exp()
+            A = torch.einsum("...ti,...tsi,...si->...ts", q, W, mult)
+        else:
+            A = q @ (torch.softmax(d, dim=-2) * mult).transpose(-1, -2)
+    elif lna.decay == "multiplicative":
+        C = decay_coefficients(ld.transpose(-1, -2), "multiplicative", causal=lna.causal)   # (B, H, dk, L, L)
+        A = torch.einsum("...ti,...its,...si->...ts", q, C, k)
+    else:
+        A = q @ k.transpose(-1, -2)
+        if lna.causal:
+            A = A.masked_fill(~causal_mask, 0)
+    return A.cpu()
+
+
+def lightnet_tpe_decays(model: nn.Module) -> torch.Tensor | None:
+    """The learned MD-TPE decays ``lambda: (e, d)`` of eq. 11 (``None`` when the model has no TPE)."""
+    from seqlab.layers.lightnet import MDTPE
+
+    for m in model.modules():
+        if isinstance(m, MDTPE):
+            return m.decays.detach().cpu()
+    return None
+
+
+__all__ += ["lightnet_attention_matrix", "lightnet_tpe_decays"]

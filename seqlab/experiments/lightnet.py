@@ -94,3 +94,132 @@ def scan_speed(*, lengths=(512, 1024, 2048, 4096, 8192), heads: int = 4, dim: in
     finally:
         torch.set_num_threads(before)
     return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# Training: the non-causal grid classifier, its ablation, the causal language model
+# ----------------------------------------------------------------------------------------------
+
+DIGITS_SIZES = {
+    # quick: 2x2 binary patches on the 4x4 grid (16 tokens, vocabulary 16); ~1 min on one busy CPU thread
+    "quick": dict(d_model=64, n_layers=2, n_heads=4, steps=300, batch_size=64, lr=3e-3, eval_every=50, threads=1,
+                  task_kwargs=dict(layout="patches", patch=2, levels=2), lrpe_base=10.0, abs_pos=True),
+    # full: LightNet-T-like width and depth (Table 14) on 4-level patches, for a GPU
+    "full": dict(d_model=192, n_layers=12, n_heads=6, steps=5000, batch_size=128, lr=5e-4, eval_every=500,
+                 threads=None, task_kwargs=dict(layout="patches", patch=2, levels=4), lrpe_base=10.0, abs_pos=True),
+}
+
+ABLATION_SIZES = {
+    # small and short, so that five variants train in about a minute; no absolute positions, so that
+    # MD-TPE and MD-LRPE are the only sources of position (as in the paper's ablations)
+    "quick": dict(d_model=32, n_layers=1, n_heads=4, steps=150, batch_size=64, lr=5e-3, eval_every=None, threads=1,
+                  task_kwargs=dict(layout="patches", patch=2, levels=2), lrpe_base=10.0, abs_pos=False),
+    "full": dict(d_model=192, n_layers=12, n_heads=6, steps=5000, batch_size=128, lr=5e-4, eval_every=None,
+                 threads=None, task_kwargs=dict(layout="patches", patch=2, levels=4), lrpe_base=10.0, abs_pos=False),
+}
+
+ABLATIONS = {
+    "LightNet": {},
+    "w/o TPE": {"tpe": False},
+    "w/o LRPE": {"lrpe": False},
+    "w/o TPE and LRPE": {"tpe": False, "lrpe": False},
+    "w/o Decay": {"decay": "none"},
+}
+
+COPYING_SIZES = {
+    "quick": dict(d_model=64, n_layers=2, n_heads=4, steps=150, batch_size=64, lr=3e-3, eval_every=50, threads=1,
+                  task_kwargs=dict(min_len=8, max_len=8)),
+    "full": dict(d_model=256, n_layers=4, n_heads=4, steps=5000, batch_size=64, lr=1e-3, eval_every=500,
+                 threads=None, task_kwargs=dict(min_len=64, max_len=64)),
+}
+
+_TRAIN_KEYS = ("steps", "batch_size", "lr", "eval_every", "threads", "task_kwargs")
+
+
+def _sizes(table: dict, profile: str | None, overrides: dict) -> dict:
+    prof = profile or config.profile()
+    if prof not in table:
+        raise ValueError(f"profile: expected one of {tuple(table)}, got {prof!r}")
+    sizes = dict(table[prof])
+    sizes.update(overrides)
+    return sizes
+
+
+def _train(task, model_config: dict, sizes: dict, *, seed: int, callbacks=(), desc: str | None = None,
+           progress: bool = True) -> dict:
+    from seqlab import train
+    from seqlab.models import build
+
+    config.seed_everything(seed)
+    model = build("lightnet", vocab_size=task.vocab_size, num_classes=task.num_classes, seq_len=task.seq_len,
+                  **model_config)
+    history = train.fit(model, task, steps=sizes["steps"], batch_size=sizes["batch_size"], lr=sizes["lr"], seed=seed,
+                        eval_every=sizes.get("eval_every"), callbacks=callbacks, threads=sizes.get("threads"),
+                        desc=desc, progress=progress)
+    return {"model": model, "history": history, "accuracy": float(history.final["accuracy"]),
+            "loss": float(history.final["loss"]), "config": model_config}
+
+
+def _digits_task(sizes: dict):
+    from seqlab import tasks
+
+    return tasks.digits(**sizes["task_kwargs"])
+
+
+@experiment("lightnet-digits")
+def digits_classifier(*, profile: str | None = None, seed: int = 0, callbacks=(), progress: bool = True,
+                      **overrides) -> dict:
+    """The non-causal LightNet classifier on the digits patch grid (``task.info["grid"]``): MD-TPE,
+    MD-LRPE and additive decay in one scan (eq. 8). Returns ``model, history, accuracy, loss, task, config``."""
+    sizes = _sizes(DIGITS_SIZES, profile, overrides)
+    task = _digits_task(sizes)
+    model_config = {k: v for k, v in sizes.items() if k not in _TRAIN_KEYS}
+    model_config["grid"] = task.info["grid"]
+    out = _train(task, model_config, sizes, seed=seed, callbacks=callbacks, desc="LightNet on digits", progress=progress)
+    out["task"] = task
+    return out
+
+
+@experiment("lightnet-ablation")
+def ablation(*, profile: str | None = None, seed: int = 0, variants: dict | None = None, callbacks_for=None,
+             progress: bool = True, **overrides) -> dict:
+    """LightNet with and without MD-TPE, MD-LRPE and the additive decay (Tables 1, 5-7) on digits.
+
+    ``variants``: ``{name: config changes}`` (default :data:`ABLATIONS`); ``callbacks_for(name)`` may
+    return fit callbacks per variant. Returns ``rows`` (``variant, accuracy, loss, parameters``),
+    ``histories`` and ``models`` keyed by variant.
+    """
+    from seqlab.models import count_parameters
+
+    sizes = _sizes(ABLATION_SIZES, profile, overrides)
+    task = _digits_task(sizes)
+    base = {k: v for k, v in sizes.items() if k not in _TRAIN_KEYS}
+    base["grid"] = task.info["grid"]
+    rows, histories, models = [], {}, {}
+    for name, change in (variants or ABLATIONS).items():
+        cbs = callbacks_for(name) if callbacks_for else ()
+        run = _train(task, {**base, **change}, sizes, seed=seed, callbacks=cbs, desc=name, progress=progress)
+        rows.append({"variant": name, "accuracy": run["accuracy"], "loss": run["loss"],
+                     "parameters": count_parameters(run["model"])})
+        histories[name], models[name] = run["history"], run["model"]
+    return {"rows": rows, "histories": histories, "models": models, "task": task}
+
+
+@experiment("lightnet-copying")
+def causal_lm(*, profile: str | None = None, seed: int = 0, callbacks=(), progress: bool = True, **overrides) -> dict:
+    """The causal LightNet language model (1-D TPE and LRPE, eq. 7) on the copying task."""
+    from seqlab import tasks
+
+    sizes = _sizes(COPYING_SIZES, profile, overrides)
+    task = tasks.copying(**sizes["task_kwargs"])
+    model_config = {k: v for k, v in sizes.items() if k not in _TRAIN_KEYS}
+    config.seed_everything(seed)
+    from seqlab import train
+    from seqlab.models import build
+
+    model = build("lightnet", vocab_size=task.vocab_size, **model_config)
+    history = train.fit(model, task, steps=sizes["steps"], batch_size=sizes["batch_size"], lr=sizes["lr"], seed=seed,
+                        eval_every=sizes.get("eval_every"), callbacks=callbacks, threads=sizes.get("threads"),
+                        desc="causal LightNet on copying", progress=progress)
+    return {"model": model, "history": history, "accuracy": float(history.final["accuracy"]),
+            "final": dict(history.final), "task": task, "config": model_config}

@@ -37,9 +37,15 @@ def build_lightnet(*, vocab_size: int, num_classes: int | None = None, seq_len: 
                    d_model: int = 64, n_layers: int = 2, n_heads: int = 4, grid=None, tpe: bool = True,
                    tpe_dim: int = 4, lrpe: bool = True, lrpe_base: float = 10000.0, decay: str = "additive",
                    share: bool = True, norm: bool = True, gate_rank: int | None = None, glu_hidden: int | None = None,
-                   pool: str = "mean", mode: str = "auto") -> SequenceModel:
-    """LightNet; ``num_classes=None``: causal LM, else non-causal classifier on ``grid``."""
+                   pool: str = "mean", abs_pos: bool = False, mode: str = "auto") -> SequenceModel:
+    """LightNet; ``num_classes=None``: causal LM, else non-causal classifier on ``grid``.
+
+    ``abs_pos=True`` adds learned absolute position embeddings (a grid classifier only), as the DeiT
+    pipeline that LightNet's image classifier is built into has them (§5.1); off by default.
+    """
     causal = num_classes is None
+    if abs_pos and causal:
+        raise ValueError("abs_pos: learned absolute positions are for the grid classifier; the causal LM uses 1-D TPE/LRPE")
     if causal and grid is not None and len(tuple(grid)) > 1:
         raise ValueError(f"grid: a causal language model reads a 1-D sequence; got grid={tuple(grid)} "
                          "(pass num_classes=C for a 2-D classifier)")
@@ -55,8 +61,9 @@ def build_lightnet(*, vocab_size: int, num_classes: int | None = None, seq_len: 
         scale_residual_init(layer.glu.w3, 2 * n_layers)
         blocks.append(layer)
     model = SequenceModel(vocab_size=vocab_size, d_model=d_model, blocks=blocks, num_classes=num_classes,
-                          seq_len=None, max_len=None if shape is None else math.prod(shape), pool=pool, causal=causal)
+                          seq_len=None, max_len=None if shape is None else math.prod(shape), pool=pool, causal=causal,
+                          learned_positions=abs_pos and shape is not None)
     model.grid = shape
     model.config = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, grid=shape, tpe=tpe, lrpe=lrpe,
-                        decay=decay, share=share, norm=norm)
+                        abs_pos=abs_pos, decay=decay, share=share, norm=norm)
     return model

@@ -312,11 +312,12 @@ def _shift_states(S):
     return torch.cat([torch.zeros_like(S[..., :1, :, :]), S[..., :-1, :, :]], dim=-3)
 
 
-def _additive_chunked(q, k, v, log_decay, chunk=64):
+def _additive_chunked(q, k, v, log_decay, chunk=16):
     """Chunkwise eq. 7: inside a chunk the per-channel weights ``exp(d_s - log s_t)`` are a small
     ``(C, C, dk)`` tensor; across chunks the normalised state ``S_c = kv_{end of c}`` follows
     ``S_c = exp(log s_{e(c-1)} - log s_{e(c)}) S_{c-1} + sum_{s in c} exp(d_s - log s_{e(c)}) m_s v_s^T``.
-    Every exponent is ``<= 0``.
+    Every exponent is ``<= 0``. The ``(C, C, dk)`` weights make the cost ``O(L C dk)`` in memory traffic:
+    small chunks (16) are fastest on a CPU.
     """
     L = k.shape[-2]
     d = k if log_decay is None else log_decay
@@ -389,11 +390,13 @@ def _multiplicative_parallel(q, k, v, log_decay):
     return _qdot(q, kv.reshape(*lead, L, dk, dv))
 
 
-def _multiplicative_chunked(q, k, v, log_decay, chunk=64):
+def _multiplicative_chunked(q, k, v, log_decay, chunk=None):
     """Chunkwise eq. 2 (as Lightning Attention / GLA): intra-chunk ``(C, C, dk)`` decays
     ``exp(-(G_t - G_s))`` with ``G`` the in-chunk cumulative ``delta`` (all exponents ``<= 0``), and
     the state carried across chunks: ``S_c = exp(-G_end) S_{c-1} + sum_s exp(-(G_end - G_s)) k_s v_s^T``."""
     L = k.shape[-2]
+    if chunk is None:   # a (C, C) mask per head affords long chunks; a (C, C, dk) tensor per channel does not
+        chunk = 64 if log_decay is None or log_decay.shape[-1] == 1 else 16
     C = min(chunk, L)
     dt = _out_dtype(k, v)
     qc, kc, vc = _pad_to_chunks(q, C), _pad_to_chunks(k, C), _pad_to_chunks(v, C)

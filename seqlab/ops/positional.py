@@ -117,7 +117,9 @@ def md_tpe(x: torch.Tensor, shape, decays: torch.Tensor, *, mode: str = "auto") 
         axis = len(lead) + s
         xs = grid.movedim(axis, -2)                                              # (..., n_s, d)
         xe = xs[..., None, :].expand(*xs.shape[:-1], e, d).reshape(*xs.shape[:-1], e * d)   # one copy per r
-        h = linear_scan(lam[s].reshape(e * d).to(dt), xe, mode=mode)              # h_n = lambda h_{n-1} + x_n
+        # short axes (image grids): the plain loop is the fastest scan; long ones: the scan engine's choice
+        axis_mode = "sequential" if mode == "auto" and shape[s] <= 64 else mode
+        h = linear_scan(lam[s].reshape(e * d).to(dt), xe, mode=axis_mode)         # h_n = lambda h_{n-1} + x_n
         y = y + h.reshape(*xs.shape[:-1], e, d).sum(-2).movedim(-2, axis)        # sum over r
     return y.reshape(*lead, -1, d)
 
