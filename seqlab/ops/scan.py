@@ -51,7 +51,7 @@ import torch
 
 from seqlab.ops._checks import check_mode, check_same_device, check_tensor, describe
 
-__all__ = ["linear_scan", "linear_scan_reference", "SCAN_MODES", "scan_auto_mode", "scan_chunk_size"]
+__all__ = ["linear_scan", "linear_scan_reference", "doubling_levels", "SCAN_MODES", "scan_auto_mode", "scan_chunk_size"]
 
 SCAN_MODES = ("auto", "sequential", "doubling", "associative", "blocked", "triton")
 
@@ -178,7 +178,7 @@ def _forward_blocked(a, x, h0, reverse, chunk: int | None = None):
     for c in order[1:]:
         torch.addcmul(xv[:, :, c], a_c(c), s, out=s)  # s <- a_c s + x_c
         if varying:
-            prod.mul_(a_c(c))
+            prod.mul_(a_c(c))  # P_n = Π_c a_{n,c}
     if not varying:
         prod = (_wide(a[:, 0]) ** C).unsqueeze(1)  # Λ^C, (Ba, 1, *F)
     # carry: init_n = P_{n-1} init_{n-1} + s_{n-1}, a scan over chunks (in float64: it is 1/C of the data)
@@ -223,6 +223,15 @@ def _forward_doubling(a, x, h0, reverse):
                          "use mode='blocked' or 'associative' for a time-varying a")
     if reverse:
         return _forward_doubling(a, x.flip(1), h0, False).flip(1)
+    L = x.shape[1]
+    h = None
+    for h in _doubling_steps(a, x, h0):
+        pass
+    return h[:, h.shape[1] - L:].contiguous()
+
+
+def _doubling_steps(a, x, h0):
+    """Yield the padded ``h`` after the padding and after each level ``i`` of Algorithm 1 (in place)."""
     B, L = x.shape[:2]
     levels = max(0, math.ceil(math.log2(L))) if L > 0 else 0
     L2 = 2 ** levels
@@ -230,6 +239,7 @@ def _forward_doubling(a, x, h0, reverse):
     h[:, L2 - L:] = x  # 1. sequence padding (in front)
     if h0 is not None:
         h[:, L2 - L] += a[:, 0] * h0
+    yield h
     lam = _wide(a)  # (Ba, 1, *F): Λ^1, powers formed in float64 (see _wide)
     for i in range(1, levels + 1):
         l = 2 ** i
@@ -238,7 +248,27 @@ def _forward_doubling(a, x, h0, reverse):
             lam = torch.cat([lam, lam * lam[:, -1:]], 1)  # (Ba, l/2, *F): Λ^1 .. Λ^{l/2}
         h1_last = hv[:, :, l // 2 - 1: l // 2]  # (B, L/l, 1, *F): last state of each left half
         hv[:, :, l // 2:].addcmul_(lam.unsqueeze(1).to(h.dtype), h1_last)  # 3. h2 += Λ^{1..l/2} h1[-1]
-    return h[:, L2 - L:].contiguous()
+        yield h
+
+
+def doubling_levels(lam: torch.Tensor, x: torch.Tensor) -> list[torch.Tensor]:
+    """The state after each level of Algorithm 1 (paper 002), for pictures: ``[h after padding, level 1, ...]``.
+
+    ``lam``: ``(D,)``; ``x``: ``(..., L, D)``. Each entry is ``(..., L, D)`` (the padding cut off):
+    after level ``i`` every block of ``2^i`` steps (counted on the padded sequence) holds its own scan,
+    and the last entry equals ``linear_scan(lam, x)``.
+    """
+    _check_inputs(lam, x, None)
+    if lam.dim() != 1:
+        raise ValueError(f"lam: doubling_levels needs a time-invariant lam of shape (D,), got {describe(lam)}")
+    a3, x3, _ = _canonical(lam, x, None)
+    ar, xr, _, viewed = _real_view(a3, x3, None)
+    L = x.shape[-2]
+    out = []
+    for h in _doubling_steps(ar, xr, None):
+        h = h[:, h.shape[1] - L:].clone()
+        out.append((torch.view_as_complex(h) if viewed else h).reshape(x.shape))
+    return out
 
 
 def _forward_associative(a, x, h0, reverse):
