@@ -226,3 +226,12 @@ def test_auto_on_max_headed_inputs():
     q, k, v, a = make_inputs(2, 64, 300, 1, 1)
     ref, _ = reference(q, k, v, a)
     check(gateloop(q, k, v, a), ref, 1e-5, "auto, dk = dv = 1")
+
+
+@pytest.mark.parametrize("mode", ["chunked", "auto"])
+def test_gradients_long_sequence(mode):
+    q, k, v, a = make_inputs(1, 1, 4096, 2, 2)
+    ref = grads(lambda *t: gateloop(*t, mode="recurrent", return_state=True), [to64(t) for t in (q, k, v, a)])
+    out = grads(lambda *t: gateloop(*t, mode=mode, return_state=True), [q, k, v, a])
+    for name, g, r in zip("qkva", out, ref):
+        check(g, r, 1e-5, f"{mode} grad {name}, L=4096")
