@@ -141,6 +141,25 @@ def test_broadcast_decays_and_leading_dims():
                 check(got.grad, want.grad, TOL, f"d{name} {mode} a{tuple(a.shape)}")
 
 
+@pytest.mark.parametrize("mode", ["blocked", "associative", "doubling", "triton"])
+def test_decay_shared_over_batch_and_real_h0_with_complex_x(mode):
+    """``a`` of shape ``(L, D)`` shared by the batch (``(D,)`` for doubling); a real ``h0`` for a complex ``x``."""
+    B, L, D = 3, 21, 4
+    a = torch.rand(D).double() if mode == "doubling" else torch.rand(L, D).double()
+    x = torch.randn(B, L, D, dtype=torch.complex64).to(torch.complex128)
+    h0 = torch.randn(B, D).double()
+    refs = [t.clone().requires_grad_() for t in (a, x, h0)]
+    ref = linear_scan_reference(*refs)
+    ref.abs().square().sum().backward()
+    ins = [_f32(t).requires_grad_() for t in (a, x, h0)]
+    out = linear_scan(*ins, mode=mode)
+    out.abs().square().sum().backward()
+    check(out, ref, TOL, f"{mode} h")
+    for name, got, want in zip(("a", "x", "h0"), ins, refs):
+        assert got.grad.dtype == got.dtype
+        check(got.grad, want.grad, TOL, f"{mode} d{name}")
+
+
 def test_half_precision_inputs_use_a_float32_state():
     a, x, _ = make_inputs("real", 2, 300, 8, time_invariant=False, with_h0=False, extreme=False)
     xb, ab = x.bfloat16(), a.bfloat16()

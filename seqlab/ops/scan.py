@@ -486,6 +486,8 @@ def linear_scan(a: torch.Tensor, x: torch.Tensor, h0: torch.Tensor | None = None
     if mode == "sequential":
         return linear_scan_reference(a, x, h0, reverse=reverse)
     out_dtype = x.dtype
+    if h0 is not None and h0.dtype != x.dtype:  # a real h0 for a complex x
+        h0 = h0.to(x.dtype)
     a3, x3, h03 = _canonical(a, x, h0)
     if mode == "triton":
         from seqlab.kernels.scan import triton_linear_scan
