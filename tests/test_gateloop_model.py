@@ -1,6 +1,7 @@
 """GateLoop block and model (paper 004 Appendix C): shapes, causality, the fixed-transition ablation."""
 import pytest
 import torch
+from conftest import check
 
 import seqlab.models as models
 from seqlab.layers.gateloop import GateLoopBlock, GateLoopTimeMixing
@@ -13,7 +14,9 @@ def test_block_maps_b_l_d_and_is_causal():
     assert y.shape == x.shape and y.dtype == torch.float32 and torch.isfinite(y).all()
     x2 = x.clone()
     x2[:, 12:] = torch.randn(2, 11, 16)
-    assert torch.equal(block(x2)[:, :12], y[:, :12])
+    # causal up to rounding (the chunked mode's chunk length and references may see the future inputs)
+    check(block(x2)[:, :12], y[:, :12], 1e-6, "past outputs after changing the future")
+    assert (block(x2)[:, 12:] - y[:, 12:]).abs().max() > 1e-3    # while the future outputs do change
 
 
 def test_transitions_eq25_data_controlled_vs_fixed():
