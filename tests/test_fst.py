@@ -183,3 +183,16 @@ def test_comparison_experiment_runs():
     assert len(out["alphas"]) == 2
     with pytest.raises(TypeError, match="unexpected keyword"):
         run("fst-comparison", task="digits", step=3)
+
+
+def test_lrnn_figures():
+    from seqlab.layers.lrnn import causal_mask
+    from seqlab.viz.lrnn import mask_figure, twist_figure
+
+    x = torch.randn(6, 4)
+    fig = twist_figure(x)
+    left, right = fig.data
+    assert torch.tensor(left.z).shape == (6, 4) and torch.tensor(right.z).shape == (4, 6)
+    check(torch.tensor(right.z, dtype=torch.float32), x.T, 1e-4, "the right panel is x transposed")
+    fig = mask_figure({"a": causal_mask(5), "b": causal_mask(3).T})
+    assert len(fig.data) == 2 and torch.tensor(fig.data[0].z).sum() == 15

@@ -128,10 +128,10 @@ def fst_comparison(*, task: str = "digits", profile: str | None = None, models=(
                    seed: int = 0, progress: bool = True, callbacks=(), live=None, **overrides) -> dict:
     """FST vs LRNN-only vs Transformer at matched parameter counts (002 §3.2, §3.5).
 
-    Returns ``{"task", "profile", "sizes", "rows", "histories", "models", "alphas"}``: ``rows`` one
+    Returns ``{"task", "profile", "sizes", "rows", "histories", "models", "alphas", "data"}``: ``rows`` one
     dict per model (``model, config, params, test_accuracy, test_loss, seconds``), ``histories``
     and ``models`` by name, ``alphas`` the FST's ``[{"block", "alpha1", "alpha2"}]`` after training
-    (``None`` when FST was not trained). ``callbacks`` are passed to every ``fit``; ``live`` (a
+    (``None`` when FST was not trained), ``data`` the task. ``callbacks`` are passed to every ``fit``; ``live`` (a
     ``seqlab.viz.LivePlot``) draws every run into one live figure.
     """
     from seqlab import inspect, train
