@@ -30,27 +30,27 @@ def test_forward_extreme_gates(gates):
 
 
 @pytest.mark.parametrize("kind", ["complex", "real"])
-def test_backward_matches_float64_recurrence(kind):
+def test_backward_with_state_matches_float64_recurrence(kind):
     q, k, v, a = make_inputs(1, 2, 37, 3, 2, complex_=kind == "complex")
+    h0 = torch.randn(1, 2, 3, 2, dtype=q.dtype)
     w = torch.randn(1, 2, 37, 2, dtype=torch.float64)
+    w_S = torch.randn(1, 2, 3, 2, dtype=torch.float64)
 
-    def grads(inputs, mode):
+    def run(inputs, mode):
         inputs = [t.detach().clone().requires_grad_(True) for t in inputs]
-        y = gateloop(*inputs, mode=mode)
-        loss = (y.real.double() * w).sum() + ((y.imag.double() * w.flip(-2)).sum() if y.is_complex() else 0)
+        y, S = gateloop(*inputs[:4], h0=inputs[4], mode=mode, return_state=True)
+        loss = (y.real.double() * w).sum() + (S.real.double() * w_S).sum()
+        if y.is_complex():
+            loss = loss + (y.imag.double() * w.flip(-2)).sum() + (S.imag.double() * w_S).sum()
         loss.backward()
-        return [t.grad for t in inputs]
+        return y, S, [t.grad for t in inputs]
 
-    ref = grads([to64(t) for t in (q, k, v, a)], "recurrent")
-    out = grads([q, k, v, a], "triton")
-    for name, g, r in zip("qkva", out, ref):
+    y_ref, S_ref, ref = run([to64(t) for t in (q, k, v, a, h0)], "recurrent")
+    y, S, out = run([q, k, v, a, h0], "triton")
+    check(y, y_ref, 1e-5, f"triton y with h0 ({kind})")
+    check(S, S_ref, 1e-5, f"triton final state ({kind})")
+    for name, g, r in zip(["q", "k", "v", "a", "h0"], out, ref):
         check(g, r, 1e-5, f"triton grad {name} ({kind})")
-
-
-def test_unsupported_state_arguments_are_clear():
-    q, k, v, a = make_inputs(1, 1, 5, 2, 2)
-    with pytest.raises(NotImplementedError, match="mode='chunked'"):
-        gateloop(q, k, v, a, mode="triton", return_state=True)
 
 
 @pytest.mark.parametrize("kernel,capability", [("gateloop_fwd_kernel_aot", 80), ("gateloop_bwd_kernel_aot", 90)])
@@ -58,8 +58,8 @@ def test_kernels_compile_for_gpu(kernel, capability):
     from seqlab.kernels.aot import compile_for
 
     names = "q_re q_im k_re k_im v_re v_im la ph".split()
-    names += ["y_re", "y_im"] if "fwd" in kernel else \
-        "g_re g_im dq_re dq_im dk_re dk_im dv_re dv_im dl_re dl_im st_re st_im".split()
+    names += "h0_re h0_im y_re y_im sL_re sL_im".split() if "fwd" in kernel else \
+        "h0_re h0_im g_re g_im gS_re gS_im dq_re dq_im dk_re dk_im dv_re dv_im dl_re dl_im dh0_re dh0_im st_re st_im".split()
     signature = {n: "*fp32" for n in names}
     signature.update(L="i32", DK="i32", DV="i32", C="constexpr", BK="constexpr", BV="constexpr")
     out = compile_for("seqlab.kernels.gateloop", kernel, signature, {"C": 16, "BK": 16, "BV": 16}, capability=capability)

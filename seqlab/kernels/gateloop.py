@@ -22,7 +22,8 @@ and the transitions' gradient ``dL/d log a_j`` sums every path through ``a_j`` d
 ``m < j <= n`` inside the chunk, from the state entering the chunk to ``n >= j``, from ``m < j`` to the
 state leaving it, and through the chunk from state to state (the telescoping identity
 ``sum_{n>=j} conj(q_n) dq_n - conj(k_n) dk_n`` is exact too, but cancels catastrophically in float32
-for strong decays). ``h0`` and the final state are not supported by this mode.
+for strong decays). The state starts from ``h0`` and ends in ``S_L``; the backward pass starts its
+adjoint state from ``dL/dS_L`` and returns ``dL/dh0``.
 """
 from __future__ import annotations
 
@@ -90,16 +91,18 @@ if triton is not None:
         return tl.permute(tl.reshape(X, (C, K, C)), (0, 2, 1))         # (n, j, k)
 
     @triton.jit
-    def gateloop_fwd_kernel(q_re, q_im, k_re, k_im, v_re, v_im, la, ph, y_re, y_im, L, DK, DV,
-                            C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+    def gateloop_fwd_kernel(q_re, q_im, k_re, k_im, v_re, v_im, la, ph, h0_re, h0_im, y_re, y_im, sL_re, sL_im,
+                            L, DK, DV, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
         pid = tl.program_id(0)                                          # one (batch, head) pair
         offs_c = tl.arange(0, C)
         offs_k = tl.arange(0, BK)
         offs_v = tl.arange(0, BV)
         base_k = pid * L * DK
         base_v = pid * L * DV
-        S_re = tl.zeros((BK, BV), dtype=tl.float32)                     # state S (dk, dv), complex
-        S_im = tl.zeros((BK, BV), dtype=tl.float32)
+        p_s = pid * DK * DV + offs_k[:, None] * DV + offs_v[None, :]    # (BK, BV) a state in memory
+        m_s = (offs_k[:, None] < DK) & (offs_v[None, :] < DV)
+        S_re = tl.load(h0_re + p_s, mask=m_s, other=0.0)                # state S (dk, dv), complex: S_0
+        S_im = tl.load(h0_im + p_s, mask=m_s, other=0.0)
         for start in range(0, L, C):
             rows = start + offs_c                                       # (C,)
             mk = (rows[:, None] < L) & (offs_k[None, :] < DK)           # (C, BK)
@@ -131,11 +134,13 @@ if triton is not None:
             ke_im = kr * end_im + ki * end_re
             nr, ni = _mm(tl.trans(ke_re), tl.trans(ke_im), vr, vi)      # (BK, BV)
             S_re, S_im = t_re[:, None] * S_re - t_im[:, None] * S_im + nr, t_re[:, None] * S_im + t_im[:, None] * S_re + ni
+        tl.store(sL_re + p_s, S_re, mask=m_s)                           # S_L
+        tl.store(sL_im + p_s, S_im, mask=m_s)
 
     @triton.jit
-    def gateloop_bwd_kernel(q_re, q_im, k_re, k_im, v_re, v_im, la, ph, g_re, g_im,
-                            dq_re, dq_im, dk_re, dk_im, dv_re, dv_im, dl_re, dl_im, st_re, st_im, L, DK, DV,
-                            C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+    def gateloop_bwd_kernel(q_re, q_im, k_re, k_im, v_re, v_im, la, ph, h0_re, h0_im, g_re, g_im, gS_re, gS_im,
+                            dq_re, dq_im, dk_re, dk_im, dv_re, dv_im, dl_re, dl_im, dh0_re, dh0_im, st_re, st_im,
+                            L, DK, DV, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
         pid = tl.program_id(0)
         offs_c = tl.arange(0, C)
         offs_k = tl.arange(0, BK)
@@ -144,9 +149,11 @@ if triton is not None:
         base_v = pid * L * DV
         n_chunks = tl.cdiv(L, C)
         p_state = offs_k[:, None] * BV + offs_v[None, :]                 # (BK, BV) offsets in a state
+        p_s = pid * DK * DV + offs_k[:, None] * DV + offs_v[None, :]
+        m_s = (offs_k[:, None] < DK) & (offs_v[None, :] < DV)
         # pass 1, forwards: states S_in again (kept in st_*), dq = intra + conj(exp(g)) . (G S_in^H)
-        S_re = tl.zeros((BK, BV), dtype=tl.float32)
-        S_im = tl.zeros((BK, BV), dtype=tl.float32)
+        S_re = tl.load(h0_re + p_s, mask=m_s, other=0.0)
+        S_im = tl.load(h0_im + p_s, mask=m_s, other=0.0)
         for start in range(0, L, C):
             rows = start + offs_c
             mk = (rows[:, None] < L) & (offs_k[None, :] < DK)
@@ -183,9 +190,9 @@ if triton is not None:
             ke_im = kr * end_im + ki * end_re
             nr, ni = _mm(tl.trans(ke_re), tl.trans(ke_im), vr, vi)
             S_re, S_im = t_re[:, None] * S_re - t_im[:, None] * S_im + nr, t_re[:, None] * S_im + t_im[:, None] * S_re + ni
-        # pass 2, backwards: adjoint state dS, dk and dv
-        dS_re = tl.zeros((BK, BV), dtype=tl.float32)
-        dS_im = tl.zeros((BK, BV), dtype=tl.float32)
+        # pass 2, backwards: adjoint state dS (from dL/dS_L), dk and dv
+        dS_re = tl.load(gS_re + p_s, mask=m_s, other=0.0)
+        dS_im = tl.load(gS_im + p_s, mask=m_s, other=0.0)
         for idx in range(0, n_chunks):
             start = (n_chunks - 1 - idx) * C
             rows = start + offs_c
@@ -267,6 +274,8 @@ if triton is not None:
             # dS_in = (q . exp(g))^H G + diag(conj(prod a)) dS_out
             ar, ai = _mm(tl.trans(qe_re), -tl.trans(qe_im), gr, gi)    # (BK, BV)
             dS_re, dS_im = t_re[:, None] * dS_re + t_im[:, None] * dS_im + ar, t_re[:, None] * dS_im - t_im[:, None] * dS_re + ai
+        tl.store(dh0_re + p_s, dS_re, mask=m_s)                         # dL/dS_0
+        tl.store(dh0_im + p_s, dS_im, mask=m_s)
 
 
     def _compilable_kernels():
@@ -304,42 +313,48 @@ def _planes(t: torch.Tensor):
 
 class _GateLoopTriton(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, la, ph, chunk):
+    def forward(ctx, q, k, v, la, ph, h0, chunk):
         BH, L, DK = q.shape
         DV = v.shape[-1]
-        planes = [*_planes(q), *_planes(k), *_planes(v), la.float().contiguous(), ph.float().contiguous()]
+        planes = [*_planes(q), *_planes(k), *_planes(v), la.float().contiguous(), ph.float().contiguous(), *_planes(h0)]
         y_re = torch.empty(BH, L, DV, device=q.device, dtype=torch.float32)
         y_im = torch.empty_like(y_re)
-        gateloop_fwd_kernel[(BH,)](*planes, y_re, y_im, L, DK, DV, C=chunk, BK=_block(DK), BV=_block(DV))
+        s_re = torch.empty(BH, DK, DV, device=q.device, dtype=torch.float32)
+        s_im = torch.empty_like(s_re)
+        gateloop_fwd_kernel[(BH,)](*planes, y_re, y_im, s_re, s_im, L, DK, DV, C=chunk, BK=_block(DK), BV=_block(DV))
         ctx.save_for_backward(*planes)
         ctx.chunk = chunk
-        ctx.complex_inputs = (q.is_complex(), k.is_complex(), v.is_complex())
-        return torch.complex(y_re, y_im)
+        ctx.complex_inputs = (q.is_complex(), k.is_complex(), v.is_complex(), h0.is_complex())
+        return torch.complex(y_re, y_im), torch.complex(s_re, s_im)
 
     @staticmethod
-    def backward(ctx, grad_y):
+    def backward(ctx, grad_y, grad_S):
         planes = ctx.saved_tensors
         BH, L, DK = planes[0].shape
         DV = planes[4].shape[-1]
         g_re, g_im = grad_y.real.float().contiguous(), grad_y.imag.float().contiguous()
-        outs = [torch.empty_like(planes[i]) for i in (0, 0, 2, 2, 4, 4, 0, 0)]
+        if grad_S is None:
+            grad_S = torch.zeros(BH, DK, DV, device=g_re.device, dtype=torch.complex64)
+        gS = [grad_S.real.float().contiguous(), grad_S.imag.float().contiguous()]
+        outs = [torch.empty_like(planes[i]) for i in (0, 0, 2, 2, 4, 4, 0, 0, 8, 8)]
         C, BK, BV = ctx.chunk, _block(DK), _block(DV)
         n_chunks = triton.cdiv(L, C)
         states = [torch.empty(BH, n_chunks, BK, BV, device=g_re.device, dtype=torch.float32) for _ in range(2)]
-        gateloop_bwd_kernel[(BH,)](*planes, g_re, g_im, *outs, *states, L, DK, DV, C=C, BK=BK, BV=BV)
+        gateloop_bwd_kernel[(BH,)](*planes[:8], *planes[8:10], g_re, g_im, *gS, *outs, *states, L, DK, DV,
+                                   C=C, BK=BK, BV=BV)
         grads = [torch.complex(outs[i], outs[i + 1]) if is_c else outs[i]     # a real input gets the real part
-                 for i, is_c in zip((0, 2, 4), ctx.complex_inputs)]
-        dq, dk, dv = grads
+                 for i, is_c in zip((0, 2, 4, 8), ctx.complex_inputs)]
+        dq, dk, dv, dh0 = grads
         # d log a = d log|a| + i d arg a: the real plane goes to log|a|, the imaginary one to the phase
-        return dq, dk, dv, outs[6], outs[7], None
+        return dq, dk, dv, outs[6], outs[7], dh0, None
 
 
 def gateloop_triton(q, k, v, a, *, h0=None, return_state=False, chunk_size: int = 16):
-    """``gateloop`` by the Triton kernels; inputs already checked and promoted by ``seqlab.ops.gateloop``."""
+    """``gateloop`` by the Triton kernels; inputs already checked and promoted by ``seqlab.ops.gateloop``.
+
+    Returns ``(y, S_L)`` (``S_L`` is ``None`` unless ``return_state``).
+    """
     require_triton("gateloop", q, k, v, a)
-    if h0 is not None or return_state:
-        raise NotImplementedError("gateloop(mode='triton') computes y from a zero initial state; for h0= or "
-                                  "return_state=True use mode='chunked' (same algorithm in torch)")
     B, H, L, DK = q.shape
     DV = v.shape[-1]
     out_dtype = q.dtype
@@ -347,6 +362,9 @@ def gateloop_triton(q, k, v, a, *, h0=None, return_state=False, chunk_size: int 
     la = a.abs().float().clamp_min(tiny).log()                       # log|a|
     ph = torch.angle(a).float() if a.is_complex() else (a < 0).float() * torch.pi
     flat = lambda t: t.reshape(B * H, L, t.shape[-1])                # noqa: E731
-    y = _GateLoopTriton.apply(flat(q), flat(k), flat(v), flat(la), flat(ph), chunk_size).reshape(B, H, L, DV)
-    y = y if out_dtype.is_complex else y.real
-    return y.to(out_dtype), None
+    state0 = h0.reshape(B * H, DK, DV) if h0 is not None else torch.zeros(B * H, DK, DV, device=q.device, dtype=out_dtype)
+    y, S = _GateLoopTriton.apply(flat(q), flat(k), flat(v), flat(la), flat(ph), state0, chunk_size)
+    y, S = y.reshape(B, H, L, DV), S.reshape(B, H, DK, DV)
+    if not out_dtype.is_complex:
+        y, S = y.real, S.real
+    return y.to(out_dtype), (S.to(out_dtype) if return_state else None)
