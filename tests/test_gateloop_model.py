@@ -60,3 +60,18 @@ def test_model_lm_and_classifier(data_controlled):
 def test_bad_heads_is_a_clear_error():
     with pytest.raises(ValueError, match="heads"):
         models.build("gateloop", vocab_size=5, d_model=16, heads=5)
+
+
+def test_inspect_reads_the_transitions_of_every_layer():
+    from seqlab.inspect import gateloop_transitions
+
+    model = models.build("gateloop", vocab_size=9, d_model=8, n_layers=3, d_ff=16)
+    tokens = torch.randint(0, 9, (2, 13))
+    read = gateloop_transitions(model, tokens)
+    assert len(read["magnitude"]) == 3 and read["magnitude"][0].shape == (2, 13, 8)
+    # layer 0 sees LayerNorm(embedding): recompute its transitions by hand (eq. 25)
+    block = model.blocks[0]
+    x = block.norm1(model.embed(tokens))
+    expected = torch.sigmoid(block.time_mixing.gamma(x))
+    assert torch.allclose(read["magnitude"][0], expected.detach(), atol=1e-6)
+    assert torch.allclose(read["phase"][0], block.time_mixing.theta(x).detach(), atol=1e-6)

@@ -26,10 +26,13 @@ Modes, all computing the same function:
 - ``"attention_naive"``: eq. 16-21 literally, ``Qbar = Q . Pi(A)``, ``Kbar = K . Pi(A)^-1``. The
   cumulative product underflows (Fig. 3): once ``|Pi|`` leaves the float range ``Kbar`` is
   infinite and the op raises ``FloatingPointError`` (kept to show why the stable form exists).
-- ``"chunked"``: the sequence is cut into chunks of ``chunk_size``; inside a chunk the surrogate
-  attention with exact relative decays, between chunks the state ``S`` is passed on
-  (``S_out = diag(prod a) S_in + sum_m diag(decay_m) k_m^T v_m``). Working set
-  ``L x chunk x dk + (L / chunk) x dk x dv``: no ``L x dk x dv`` stack.
+- ``"chunked"``: the sequence is cut into chunks; inside a chunk the surrogate attention of eq. 18-21
+  restarted at the chunk (``Qbar = q exp(g - r)``, ``Kbar = k exp(r - g)`` with float64 factors around
+  the chunk's middle, the chunk length chosen so that no factor leaves the float range), between
+  chunks the state ``S`` is passed on (``S_out = diag(prod a) S_in + sum_m diag(decay_m) k_m^T v_m``,
+  a scan over chunks). If ``|a|`` is so small that even 4 steps would leave the range, the chunks use
+  exact pairwise relative decays instead. Its gradient comes from the exact-decay form (see
+  :func:`_chunked`). Working set ``L x chunk`` plus ``(L / chunk) x dk x dv``: no ``L x dk x dv`` stack.
 - ``"triton"``: the chunked algorithm as a Triton kernel (forward and backward), see
   ``seqlab.kernels.gateloop``.
 - ``"auto"``: ``"triton"`` on a CUDA device; on CPU the associative form run by the scan engine's
@@ -467,7 +470,7 @@ def gateloop(q, k, v, a, *, h0=None, mode: str = "auto", return_state: bool = Fa
         h0: optional initial state ``S_0``, ``(B, H, dk, dv)``.
         mode: one of ``GATELOOP_MODES`` (see the module docstring); all compute the same function.
         return_state: also return the final state ``S_L`` ``(B, H, dk, dv)``.
-        chunk_size: chunk length of ``"chunked"`` (and the Triton kernel's chunk when it fits).
+        chunk_size: longest chunk of ``"chunked"`` (the Triton kernel uses chunks of 16).
 
     Returns ``y`` ``(B, H, L, dv)`` (complex if any input is), or ``(y, S_L)``.
     Raises ``FloatingPointError`` if the result is not finite (``"attention_naive"`` past underflow).
