@@ -127,8 +127,8 @@ ABLATIONS = {
 }
 
 COPYING_SIZES = {
-    "quick": dict(d_model=64, n_layers=2, n_heads=4, steps=150, batch_size=64, lr=3e-3, eval_every=50, threads=1,
-                  task_kwargs=dict(min_len=8, max_len=8)),
+    "quick": dict(d_model=64, n_layers=2, n_heads=4, steps=120, batch_size=64, lr=3e-3, eval_every=50, threads=1,
+                  task_kwargs=dict(min_len=8, max_len=8, autoregressive_n=64)),
     "full": dict(d_model=256, n_layers=4, n_heads=4, steps=5000, batch_size=64, lr=1e-3, eval_every=500,
                  threads=None, task_kwargs=dict(min_len=64, max_len=64)),
 }
