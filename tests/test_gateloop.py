@@ -82,8 +82,8 @@ def test_attention_naive_underflows_where_stable_forms_do_not():
     check(gateloop(q, k, v, a, mode="chunked"), ref, 1e-5, "chunked where naive underflows")
 
 
-@pytest.mark.parametrize("mode,L", [("chunked", 4096), ("attention", 4096), ("recurrent", 1000), ("associative", 1000),
-                                    ("chunked", 4099), ("auto", 4096)])
+@pytest.mark.parametrize("mode,L", [("chunked", 4096), ("attention", 4096), ("recurrent", 4096), ("associative", 4096),
+                                    ("chunked", 4099), ("auto", 4096), ("associative", 1000)])
 def test_long_sequences(mode, L):
     q, k, v, a = make_inputs(1, 1, L, 2, 3)
     ref, S_ref = reference(q, k, v, a)
@@ -228,7 +228,7 @@ def test_auto_on_max_headed_inputs():
     check(gateloop(q, k, v, a), ref, 1e-5, "auto, dk = dv = 1")
 
 
-@pytest.mark.parametrize("mode", ["chunked", "auto"])
+@pytest.mark.parametrize("mode", ["chunked", "auto", "associative"])
 def test_gradients_long_sequence(mode):
     q, k, v, a = make_inputs(1, 1, 4096, 2, 2)
     ref = grads(lambda *t: gateloop(*t, mode="recurrent", return_state=True), [to64(t) for t in (q, k, v, a)])
