@@ -112,7 +112,7 @@ DIGITS_SIZES = {
 ABLATION_SIZES = {
     # small and short, so that five variants train in about a minute; no absolute positions, so that
     # MD-TPE and MD-LRPE are the only sources of position (as in the paper's ablations)
-    "quick": dict(d_model=32, n_layers=1, n_heads=4, steps=150, batch_size=64, lr=5e-3, eval_every=None, threads=1,
+    "quick": dict(d_model=32, n_layers=1, n_heads=4, steps=120, batch_size=64, lr=5e-3, eval_every=None, threads=1,
                   task_kwargs=dict(layout="patches", patch=2, levels=2), lrpe_base=10.0, abs_pos=False),
     "full": dict(d_model=192, n_layers=12, n_heads=6, steps=5000, batch_size=128, lr=5e-4, eval_every=None,
                  threads=None, task_kwargs=dict(layout="patches", patch=2, levels=4), lrpe_base=10.0, abs_pos=False),
