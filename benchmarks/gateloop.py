@@ -79,7 +79,7 @@ def main(argv=None):
             print(f"\n{name}: B={shape['B']} H={shape['H']} L={L} dk={shape['dk']} dv={shape['dv']}")
             floor = timed(lambda: torch.add(q * k + a.real, v.sum(-1, keepdim=True)), args.repeats)
             modes = ["auto", "chunked", "associative"] + (["recurrent"] if L <= args.sequential_max else [])
-            if shape["dk"] * shape["dv"] * L * shape["H"] > (1 << 26):
+            if shape["dk"] * shape["dv"] * L * shape["H"] >= (1 << 26):
                 modes.remove("associative")                      # its L x dk x dv stack would not fit well
             times = {m: timed(lambda m=m: gateloop(q, k, v, a, mode=m), args.repeats) for m in modes}
             base = times.get("recurrent")
