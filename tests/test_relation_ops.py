@@ -158,7 +158,7 @@ def test_refusals_explain_themselves():
     with pytest.raises(ValueError, match="pre_norm"):
         relation(p, q, pre_norm="post")
     with pytest.raises(ValueError, match="mode must be one of"):
-        relation(p, q, mode="triton")
+        relation(p, q, mode="fast")
     with pytest.raises(ValueError, match=r"weight: expected shape \(3,\)"):
         relation(p, q, pre_norm="exact", weight=torch.ones(4))
     with pytest.raises(ValueError, match="weight: the pre-activation affine map needs"):

@@ -45,6 +45,7 @@ class RelationBlock(nn.Module):
         if pre_norm not in RELATION_PRE_NORMS:
             raise ValueError(f"pre_norm: expected one of {RELATION_PRE_NORMS}, got {pre_norm!r}")
         self.mode = _resolve_mode(mode, activation, pre_norm)   # refuses linear + exact / non-exp, with the reason
+        self.requested_mode = mode                                 # "auto" picks the Triton kernel on a GPU
         self.causal, self.activation, self.pre_norm = causal, activation, pre_norm
         self.d_model, self.d_hidden = d_model, state_expansion * d_model
         d_h = self.d_hidden
@@ -82,7 +83,7 @@ class RelationBlock(nn.Module):
                     weight=self.act_weight, bias=self.act_bias)
 
     def reduce(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        return relation(p, q, causal=self.causal, mode=self.mode, **self._op_kwargs())
+        return relation(p, q, causal=self.causal, mode=self.requested_mode, **self._op_kwargs())
 
     def _output(self, r: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         if self.post_norm is not None:
@@ -98,7 +99,7 @@ class RelationBlock(nn.Module):
     # -- streaming decode ------------------------------------------------------------------------------
     @property
     def streams_in_constant_time(self) -> bool:
-        return self.causal and self.mode == "linear"
+        return self.causal and self.mode in ("linear", "triton")
 
     def init_state(self, batch: int, *, device=None, dtype=torch.float32):
         if not self.causal:

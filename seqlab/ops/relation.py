@@ -18,7 +18,8 @@ Modes
 - ``mode="quadratic"``: every pair materialised, any activation, chunked over the query axis so
   that at most ``_PAIR_BUDGET`` pair entries exist at once (never a full ``B·L·L·H`` tensor for
   long ``L``); under autograd each chunk is recomputed in the backward pass (checkpointing).
-- ``mode="linear"``: ``exp`` only. With ``psi = exp`` (eq. 9)
+- ``mode="linear"`` (and ``mode="triton"``, the same with the prefix sum in a Triton kernel,
+  ``seqlab.kernels.relation``): ``exp`` only. With ``psi = exp`` (eq. 9)
 
       sum_i exp(p_i + q_j) = exp(q_j) ⊙ sum_i exp(p_i),
 
@@ -57,7 +58,7 @@ __all__ = ["relation", "relation_reference", "relation_pairs", "relation_attenti
 
 RELATION_ACTIVATIONS = ("exp", "relu", "elu", "gelu")
 RELATION_PRE_NORMS = ("none", "approx", "exact")
-RELATION_MODES = ("auto", "quadratic", "linear")
+RELATION_MODES = ("auto", "quadratic", "linear", "triton")
 _PAIR_BUDGET = 1 << 22      # max pair entries (B * chunk * L * H) alive at once in quadratic mode
 RELATION_PAIR_BUDGET = _PAIR_BUDGET  # public, read-only view of the quadratic mode's memory bound
 _TINY = 1e-30               # floor of the per-token constant for non-exp activations
@@ -93,9 +94,23 @@ def _check_args(p, q, activation, pre_norm, weight, bias, mode=None):
         check_mode("relation", mode, RELATION_MODES)
 
 
-def _resolve_mode(mode: str, activation: str, pre_norm: str) -> str:
+def _auto_linear(device) -> str:
+    """The linear form on a GPU with Triton is the kernel; elsewhere torch's logcumsumexp."""
+    if device is not None and torch.device(device).type == "cuda":
+        from seqlab.kernels import HAVE_TRITON, interpreted
+
+        if HAVE_TRITON and not interpreted():
+            return "triton"
+    return "linear"
+
+
+def _resolve_mode(mode: str, activation: str, pre_norm: str, device=None) -> str:
     if mode == "auto":
-        return "linear" if activation == "exp" and pre_norm != "exact" else "quadratic"
+        return _auto_linear(device) if activation == "exp" and pre_norm != "exact" else "quadratic"
+    if mode == "triton" and (activation != "exp" or pre_norm == "exact"):
+        raise ValueError(f"relation: mode='triton' runs the linear form (a log-domain prefix sum), which needs "
+                         f"activation='exp' and pre_norm 'none' or 'approx'; got activation={activation!r}, "
+                         f"pre_norm={pre_norm!r}. Use mode='quadratic'")
     if mode == "linear" and activation != "exp":
         raise ValueError(f"relation: mode='linear' needs activation='exp', got {activation!r}. The linear form rests on "
                          "exp(p_i + q_j) = exp(p_i) * exp(q_j) (000 eq. 9); no other activation factorises, so use mode='quadratic'")
@@ -293,10 +308,16 @@ def _quadratic(p, q, weight, bias, *, causal, activation, pre_norm, normalized, 
 # ----------------------------------------------------------------------------- linear mode (eq. 9, log domain)
 
 
-def _linear(p, q, weight, bias, *, causal, pre_norm, normalized, eps):
+def _linear(p, q, weight, bias, *, causal, pre_norm, normalized, eps, triton=False):
     p, q = _prepare(p, q, pre_norm, weight, bias, eps)
     L = p.shape[1]
-    if causal:
+    if triton:                                                          # the same prefix sum, by a Triton kernel
+        from seqlab.kernels.relation import triton_logcumsumexp
+
+        log_sum = triton_logcumsumexp(p)
+        if not causal:
+            log_sum = log_sum[:, -1:]                                   # the last prefix is the whole sum
+    elif causal:
         log_sum = torch.logcumsumexp(p, dim=1)                          # log sum_{i<=j} exp(p_i)
     else:
         log_sum = torch.logsumexp(p, dim=1, keepdim=True)               # log sum_i exp(p_i)
@@ -318,7 +339,8 @@ def relation(p, q, *, causal=True, activation="exp", pre_norm="none", normalized
         activation: ``"exp" | "relu" | "elu" | "gelu"``.
         pre_norm: ``"none" | "approx" | "exact"`` (see the module docstring).
         normalized: divide every ``r_j`` by a positive per-token constant (001 Appendix A).
-        mode: ``"auto"`` (linear when it is exact, else quadratic), ``"quadratic"``, ``"linear"``.
+        mode: ``"auto"`` (linear when it is exact, else quadratic; the Triton kernel on a CUDA GPU),
+            ``"quadratic"``, ``"linear"``, ``"triton"`` (linear, prefix sum in a Triton kernel).
         weight, bias: optional ``(H,)`` affine map applied after the pre-activation LN.
         chunk: queries per chunk in quadratic mode (default: bounded by a fixed memory budget).
 
@@ -326,9 +348,10 @@ def relation(p, q, *, causal=True, activation="exp", pre_norm="none", normalized
     inf/NaN (``normalized=False`` with ``exp`` overflows once ``p + q`` exceeds ~88 in float32).
     """
     _check_args(p, q, activation, pre_norm, weight, bias, mode)
-    mode = _resolve_mode(mode, activation, pre_norm)
-    if mode == "linear":
-        out = _linear(p, q, weight, bias, causal=causal, pre_norm=pre_norm, normalized=normalized, eps=eps)
+    mode = _resolve_mode(mode, activation, pre_norm, p.device)
+    if mode in ("linear", "triton"):
+        out = _linear(p, q, weight, bias, causal=causal, pre_norm=pre_norm, normalized=normalized, eps=eps,
+                      triton=mode == "triton")
     else:
         out = _quadratic(p, q, weight, bias, causal=causal, activation=activation, pre_norm=pre_norm,
                          normalized=normalized, eps=eps, chunk=chunk)
