@@ -1,7 +1,7 @@
 """Benchmark ``seqlab.ops.linear_scan``: every mode against the loop, the memory floor and public peers.
 
     .venv/bin/python benchmarks/scan.py                      # L = 256 .. 65536, B = 8, D = 256, fp32, CPU
-    .venv/bin/python benchmarks/scan.py --lengths 1024 4096 --repeats 9 --threads 1
+    .venv/bin/python benchmarks/scan.py --threads 1 --clock cpu  # on a shared machine (see below)
 
 For every length it prints the minimum over ``--repeats`` runs (the machine may be shared: the minimum
 is the least disturbed run) of:
@@ -15,6 +15,10 @@ is the least disturbed run) of:
 
 then the ratios (time / floor, sequential / time, peer / time) and the slope of log t against log L
 fitted from ``L >= 1024`` (1.0 = linear). Each mode's output is checked against ``blocked`` first.
+
+On a machine shared with other jobs, wall-clock times of multi-threaded runs measure the contention
+more than the code (every small parallel op waits at an OpenMP barrier for a descheduled thread):
+``--threads 1 --clock cpu`` times this process's own CPU seconds on one thread, which is stable.
 """
 from __future__ import annotations
 
