@@ -8,8 +8,8 @@ Columns: milliseconds per call (min over repeats, float32, B=1, causal, ``normal
 pre-activation norm (which has no linear form); the float64 reference loop of eq. 8 (the sequential
 reference, short lengths only); the memory-traffic floor (one fused elementwise pass reading p, q and
 writing r); and the ratios linear / floor and quadratic / linear. Fitted log-log slopes (time ~ L^slope)
-are printed at the end: ~1 for linear, ~2 for quadratic. No public peer is installed for this op (the
-authors' code is not a package).
+are printed at the end: ~1 for linear, ~2 for quadratic. On a CUDA machine ``mode="triton"`` is timed
+too. No public peer is installed for this op (the authors' code is not a package).
 """
 from __future__ import annotations
 
@@ -60,6 +60,9 @@ def main(argv=None) -> int:
                "quadratic": best_ms(lambda: call("quadratic", p, q), args.repeats),
                "linear": best_ms(lambda: call("linear", p, q), args.repeats),
                "floor": best_ms(lambda: torch.add(p.detach(), q.detach(), out=buf), args.repeats)}
+        if torch.cuda.is_available():   # the Triton kernel runs compiled only on a GPU (CPU: interpreter)
+            pc, qc = p.detach().cuda().requires_grad_(args.backward), q.detach().cuda().requires_grad_(args.backward)
+            row["triton (cuda)"] = best_ms(lambda: (call("triton", pc, qc), torch.cuda.synchronize()), args.repeats)
         row["exact"] = best_ms(lambda: call("quadratic", p, q, pre_norm="exact"), args.repeats) if L <= args.exact_max else None
         row["reference"] = (best_ms(lambda: relation_reference(p.detach(), q.detach(), normalized=True), 1)
                             if L <= args.reference_max else None)
@@ -76,6 +79,8 @@ def main(argv=None) -> int:
         loop_ratio = r["reference"] / r["linear"] if r["reference"] is not None else None
         print(f"{r['L']:>6} | {r['quadratic']:10.2f} {r['linear']:9.3f} {fmt(r['exact'], 10)} {fmt(r['reference'], 9, 1)} "
               f"{r['floor']:7.3f} | {r['linear'] / r['floor']:9.1f} {r['quadratic'] / r['linear']:9.1f} {fmt(loop_ratio, 9, 0)}")
+    if "triton (cuda)" in rows[0]:
+        print("triton (cuda) ms:", [round(r["triton (cuda)"], 3) for r in rows])
     if len(rows) >= 2:
         ls = np.log([r["L"] for r in rows])
         for key in ("linear", "quadratic"):
