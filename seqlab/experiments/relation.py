@@ -121,14 +121,15 @@ def copying_pair(*, profile: str | None = None, seed: int = 0, callbacks=(), pro
     """CausalRN (quadratic, exact pre-activation norm) vs linear CausalRN, same budget (001 Fig. 4).
 
     Returns ``{"accuracy": {name: final parallel accuracy}, "histories": {name: History},
-    "sizes": ...}``."""
+    "models": {name: trained model}, "task": the copying task, "sizes": ...}``."""
     s = _sizes("copying", profile, sizes)
     task = _copy_task(s["length"], s["train_size"], s["test_size"], seed)
     run = {k: s[k] for k in ("d_model", "depth", "steps", "batch_size", "lr", "eval_every")}
-    out = {"accuracy": {}, "histories": {}, "sizes": s}
+    out = {"accuracy": {}, "histories": {}, "models": {}, "task": task, "sizes": s}
     for name in ("causalrn", "linear-causalrn"):
         cbs = [cb.run(name) if hasattr(cb, "run") else cb for cb in callbacks]
-        _, history = train_copying(name, task, seed=seed, callbacks=cbs, progress=progress, **run)
+        model, history = train_copying(name, task, seed=seed, callbacks=cbs, progress=progress, **run)
+        out["models"][name] = model
         out["histories"][name] = history
         out["accuracy"][name] = history.final["accuracy"]
     return out
