@@ -105,6 +105,21 @@ def test_triton_bfloat16_inputs_keep_a_float32_state():
     check(ab.grad, refs[0].grad, 2 ** -6, "bf16 da (uses the bf16-stored h)")
 
 
+def test_triton_bfloat16_x_with_float32_decays():
+    """Decays kept in float32 with a bfloat16 x: the kernel reads a in float32; blocked agrees."""
+    a, x, _ = _inputs("real", 2, 64, 8, False, False)
+    a = (a.abs() * 0.5 + 0.5).float()
+    xb = x.bfloat16()
+    ref = linear_scan_reference(a.double(), xb.double())
+    for mode in ("triton", "blocked"):
+        ins = [a.clone().requires_grad_(), xb.clone().requires_grad_()]
+        out = linear_scan(*ins, mode=mode)
+        assert out.dtype == torch.bfloat16
+        check(out, ref, 2 ** -8, f"{mode} bf16 x, fp32 a")
+        out.float().sum().backward()
+        assert ins[0].grad.dtype == torch.float32 and ins[1].grad.dtype == torch.bfloat16
+
+
 def test_triton_rejects_unsupported_dtype():
     with pytest.raises(TypeError, match="dtype must be one of"):
         linear_scan(torch.rand(4, dtype=torch.float16), torch.rand(2, 3, 4, dtype=torch.float16), mode="triton")
@@ -119,7 +134,9 @@ _CONST = {"BLOCK_D": 128, "COMPLEX_A": True, "COMPLEX_X": True, "HAS_H0": True, 
 
 def _fwd_signature(io):
     ptrs = ["a_re_ptr", "a_im_ptr", "x_re_ptr", "x_im_ptr", "h0_re_ptr", "h0_im_ptr", "h_re_ptr", "h_im_ptr"]
-    return {**{p: f"*{io}" for p in ptrs}, **_SIG_COMMON}
+    sig = {p: f"*{io}" for p in ptrs}
+    sig.update(a_re_ptr="*fp32", a_im_ptr="*fp32")  # decays kept in float32 with a bf16 x
+    return {**sig, **_SIG_COMMON}
 
 
 def _bwd_signature(io):

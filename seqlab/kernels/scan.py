@@ -219,8 +219,8 @@ def _launch_bwd(a, h, h0, g, reverse):
     g_re, g_im, sg = _planes(g)
     dx_re = torch.empty_like(h_re)
     dx_im = torch.empty_like(h_im) if h.is_complex() else dx_re
-    da_re = torch.empty_like(h_re)
-    da_im = torch.empty_like(h_re) if a.is_complex() else da_re
+    da_re = torch.empty(h_re.shape, dtype=a_re.dtype, device=h.device)  # ∂a in a's precision
+    da_im = torch.empty_like(da_re) if a.is_complex() else da_re
     if sg != sx:
         raise RuntimeError("internal: g and h must share strides")
     if h0 is not None:
@@ -275,12 +275,11 @@ def triton_linear_scan(a: torch.Tensor, x: torch.Tensor, h0: torch.Tensor | None
                        reverse: bool = False) -> torch.Tensor:
     """The Triton scan on the canonical layout: ``x (B, L, D)``, ``a (Ba, La, D)`` (``Ba in {1, B}``,
     ``La in {1, L}``), ``h0 (Bh, D)`` or ``None``. ``x`` in float32, bfloat16 (float32 state, output
-    in bfloat16), float64 or complex64/128; ``a`` real or complex of the same precision."""
+    in bfloat16; ``a`` and ``h0`` in bfloat16 or float32), float64 or complex64/128; ``a`` real or
+    complex of the same precision."""
     require_triton("linear_scan", a, x)
     if x.dtype not in _SUPPORTED:
         raise TypeError(f"linear_scan(mode='triton'): x dtype must be one of {_SUPPORTED}, got {x.dtype}")
-    if x.dtype == torch.bfloat16 and a.dtype != torch.bfloat16:
-        a = a.to(torch.bfloat16)
     if x.shape[1] == 0:
         return x.clone()
     x, a = x.contiguous(), a.contiguous()

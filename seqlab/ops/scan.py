@@ -41,7 +41,7 @@ Shapes and dtypes: ``x`` is ``(..., L, D)``, real or complex. ``a`` is either ``
 (a real decay of a complex state); a complex ``a`` with a real ``x`` is refused (the state would be
 complex: pass a complex ``x``). ``h0`` is ``(..., D)`` (the state before ``t = 1``; after ``t = L``
 when ``reverse=True``, where ``h_t = a_t h_{t+1} + x_t``). ``bfloat16``/``float16`` inputs are
-computed with a float32 state and returned in their dtype.
+computed with a float32 state and returned in their dtype (their ``a``/``h0`` may be float32).
 """
 from __future__ import annotations
 
@@ -431,10 +431,12 @@ def _check_inputs(a, x, h0):
                         f"pass a complex x (x.to({a.dtype}))")
     if h0 is not None and h0.is_complex() and not x.is_complex():
         raise TypeError(f"h0 is complex ({h0.dtype}) but x is real ({x.dtype}): pass a complex x")
+    allowed = {_real_dtype(x)} | ({torch.float32} if x.dtype in _LOW_PRECISION else set())
     for name, t in (("a", a), ("h0", h0)):
-        if t is not None and _real_dtype(t) != _real_dtype(x):
+        if t is not None and _real_dtype(t) not in allowed:
             raise TypeError(f"{name}: precision must match x's: x is {x.dtype} (real part {_real_dtype(x)}), "
-                            f"{name} is {t.dtype} (real part {_real_dtype(t)}); cast one of them")
+                            f"{name} is {t.dtype} (real part {_real_dtype(t)}); cast one of them "
+                            "(with a bfloat16/float16 x, a float32 a or h0 is fine too)")
 
 
 def _canonical(a, x, h0):
@@ -486,7 +488,7 @@ def linear_scan(a: torch.Tensor, x: torch.Tensor, h0: torch.Tensor | None = None
     if mode == "sequential":
         return linear_scan_reference(a, x, h0, reverse=reverse)
     out_dtype = x.dtype
-    if h0 is not None and h0.dtype != x.dtype:  # a real h0 for a complex x
+    if h0 is not None and h0.is_complex() != x.is_complex():  # a real h0 for a complex x
         h0 = h0.to(x.dtype)
     a3, x3, h03 = _canonical(a, x, h0)
     if mode == "triton":
