@@ -1,0 +1,284 @@
+"""The tour renders in a real browser: JupyterLab + Debian's Chromium, driven by pytest-playwright.
+
+What a learner sees is checked, not only what the kernel computes: the test starts JupyterLab on
+127.0.0.1 (a free port, a random token, a temporary root with a copy of the tour stripped of its
+outputs), opens ``00_welcome.ipynb`` in headless Chromium, runs all cells, and asserts that
+
+- every code cell ran (the last one has an execution count, none is an error),
+- the plotly figures are drawn (``.js-plotly-plot`` outputs with their SVG and curves in the DOM),
+- the ipywidgets explorer is live: moving its slider changes its output.
+
+A screenshot of the figure and of the widget goes to ``test-artifacts/`` (git-ignored).
+
+Browser: ``/usr/bin/chromium`` (Debian's ``chromium`` package; ``SEQLAB_CHROMIUM`` overrides the
+path). Playwright never downloads a browser here. Without Chromium the test fails under CI (``CI``
+set) and is skipped elsewhere.
+
+JupyterLab settings: the "news" toast (which would cover the notebook) is switched off in
+``<sys.prefix>/share/jupyter/lab/settings/overrides.json`` (merged, never clobbered; the same file
+``workbench.py`` writes for learners). The test's own user settings live in a temporary
+``JUPYTERLAB_SETTINGS_DIR`` (cells all attached to the DOM: windowing mode ``none``), so a
+learner's settings neither affect the test nor are changed by it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TOUR = REPO / "notebooks" / "00_welcome.ipynb"
+ARTIFACTS = REPO / "test-artifacts"
+CHROMIUM = os.environ.get("SEQLAB_CHROMIUM", "/usr/bin/chromium")
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+               "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+# The JupyterLab settings every learner gets (also written by workbench.py): no news toast.
+LAB_OVERRIDES = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
+SERVER_START_S = 90       # JupyterLab up and answering
+RUN_ALL_S = 240           # every cell of the tour, quick profile, in the browser's kernel
+
+
+def _missing(reason: str):
+    if os.environ.get("CI"):
+        pytest.fail(f"browser test cannot run in CI: {reason}. Install it with `apt-get install -y chromium` "
+                    f"(.ci/run does this when it is missing).", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def chromium_executable() -> str:
+    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+        _missing(f"Chromium not found at {CHROMIUM}")
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        _missing("playwright (pytest-playwright) is not installed; `pip install -e '.[dev]'`")
+    return CHROMIUM
+
+
+# pytest-playwright fixtures, pointed at Debian's Chromium (no browser download, no sandbox in containers).
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args, chromium_executable):
+    return {**browser_type_launch_args, "executable_path": chromium_executable, "headless": True,
+            "args": LAUNCH_ARGS}
+
+
+@pytest.fixture(scope="session")
+def browser_context_args(browser_context_args):
+    return {**browser_context_args, "viewport": {"width": 1400, "height": 1000}}
+
+
+def write_lab_overrides(prefix: str | os.PathLike = sys.prefix) -> Path:
+    """Merge :data:`LAB_OVERRIDES` into ``<prefix>/share/jupyter/lab/settings/overrides.json``."""
+    path = Path(prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    current = json.loads(path.read_text()) if path.exists() and path.read_text().strip() else {}
+    merged = dict(current)
+    for plugin, values in LAB_OVERRIDES.items():
+        merged[plugin] = {**values, **current.get(plugin, {})}
+    if merged != current:
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(merged, indent=2) + "\n")
+        os.replace(tmp, path)
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stripped_copy(src: Path, dst: Path) -> None:
+    """The tour without outputs or execution counts, so that what the browser shows came from running it."""
+    import nbformat
+
+    nb = nbformat.read(src, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    nb.metadata.pop("widgets", None)
+    nbformat.write(nb, dst)
+
+
+def _user_settings(root: Path) -> dict:
+    """A fresh JupyterLab user-settings folder: all cells attached to the DOM, no news."""
+    settings = root / "user-settings"
+    files = {
+        "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+        "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
+                                                                            "checkForUpdates": False},
+    }
+    for rel, value in files.items():
+        (settings / rel).parent.mkdir(parents=True, exist_ok=True)
+        (settings / rel).write_text(json.dumps(value))
+    workspaces = root / "workspaces"
+    workspaces.mkdir()
+    return {"JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTERLAB_WORKSPACES_DIR": str(workspaces)}
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, chromium_executable):
+    """A JupyterLab server on 127.0.0.1 serving a stripped copy of the tour: yields (base_url, token)."""
+    if not TOUR.exists():
+        pytest.fail(f"{TOUR} is missing")
+    write_lab_overrides()
+    root = tmp_path_factory.mktemp("lab")
+    notebooks = root / "notebooks"
+    notebooks.mkdir()
+    _stripped_copy(TOUR, notebooks / TOUR.name)
+    token, port = secrets.token_hex(16), _free_port()
+    env = {**os.environ, **_user_settings(root), "SEQLAB_PROFILE": "quick", "PYTHONUNBUFFERED": "1",
+           "JUPYTER_RUNTIME_DIR": str(root / "runtime")}
+    env.pop("JUPYTER_TOKEN", None)
+    log = open(root / "jupyterlab.log", "w")
+    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+           f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+           f"--ServerApp.root_dir={notebooks}", "--LabApp.expose_app_in_browser=True"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:  # CI containers run as root
+        cmd.append("--allow-root")
+    proc = subprocess.Popen(cmd, cwd=notebooks, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + SERVER_START_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"JupyterLab exited with {proc.returncode}:\n{(root / 'jupyterlab.log').read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"JupyterLab did not answer within {SERVER_START_S} s:\n"
+                            f"{(root / 'jupyterlab.log').read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield base, token
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        ARTIFACTS.mkdir(exist_ok=True)
+        shutil.copy(root / "jupyterlab.log", ARTIFACTS / "jupyterlab.log")
+
+
+# ----------------------------------------------------------------------------- page helpers
+
+
+def _prompts(page) -> list[str]:
+    """The input prompts of the code cells, in order ("[ ]:", "[*]:", "[3]:")."""
+    return page.eval_on_selector_all(".jp-Notebook .jp-CodeCell .jp-InputPrompt", "els => els.map(e => e.textContent.trim())")
+
+
+KERNEL_IDLE_JS = """() => {
+    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+    const kernel = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+    return !!kernel && kernel.connectionStatus === "connected" && kernel.status === "idle";
+}"""
+
+
+def _wait_kernel_idle(page, timeout_s: float) -> None:
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=timeout_s * 1000)
+    page.wait_for_function(KERNEL_IDLE_JS, timeout=timeout_s * 1000)
+
+
+def _run_all(page) -> None:
+    """Run all cells; retry until the first code cell has run (a command sent before the kernel
+    is fully connected can be dropped)."""
+    for attempt in range(5):
+        _wait_kernel_idle(page, 60)
+        # Fire and forget: the command's promise settles only when every cell has run (or never,
+        # when the kernel dropped the request), and page.evaluate has no timeout of its own.
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            first = _prompts(page)[0]
+            if first in ("[1]:", "[*]:") or re.fullmatch(r"\[\d+\]:", first):
+                return
+            time.sleep(0.5)
+    pytest.fail(f"'Run All' never started the first cell (prompts: {_prompts(page)[:3]})")
+
+
+def _wait_all_ran(page) -> list[str]:
+    deadline = time.monotonic() + RUN_ALL_S
+    while time.monotonic() < deadline:
+        prompts = _prompts(page)
+        errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+                              ":has-text('Traceback')").count()
+        if errors:
+            break
+        if prompts and all(re.fullmatch(r"\[\d+\]:", p) for p in prompts):
+            return prompts
+        time.sleep(1)
+    _screenshot(page, "tour-failed.png")
+    texts = page.eval_on_selector_all(".jp-OutputArea-output", "els => els.map(e => e.innerText).join('\\n---\\n')")
+    pytest.fail(f"the tour did not run to the end in the browser (prompts {_prompts(page)}); outputs:\n{texts[-4000:]}")
+
+
+def _screenshot(page, name: str) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / name
+    page.screenshot(path=str(path))
+    return path
+
+
+def _widget_output_text(widget) -> str:
+    return widget.locator(".widget-output, .jp-OutputArea").first.inner_text()
+
+
+def test_tour_runs_and_renders_in_chromium(lab, page):
+    base, token = lab
+    page.set_default_timeout(60_000)
+    page.goto(f"{base}/lab/tree/{TOUR.name}?token={token}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=SERVER_START_S * 1000)
+    _run_all(page)
+    prompts = _wait_all_ran(page)
+    assert len(prompts) >= 5, prompts
+
+    # plotly figures are drawn: the race (the live widget, replaced by its final static figure), the
+    # static learning curves, the widget's and the default example's figures. JupyterLab draws an
+    # output when it scrolls into view: scroll to each, then find the plot div, its SVG and curves.
+    outputs = page.locator(".jp-OutputArea-output.jp-RenderedPlotly")  # plotly's JupyterLab renderer
+    n_figures = outputs.count()
+    assert n_figures >= 3, f"expected the tour's plotly figures, found {n_figures} plotly outputs"
+    for i in range(n_figures):
+        out = outputs.nth(i)
+        out.scroll_into_view_if_needed()
+        out.locator(".plot-container svg.main-svg").first.wait_for(state="visible", timeout=30_000)
+        assert out.locator("g.scatterlayer path.js-line").count() >= 2, f"plotly figure {i} has no curves"
+    race = outputs.first
+    race.scroll_into_view_if_needed()
+    assert "transformer" in race.inner_text()
+    ARTIFACTS.mkdir(exist_ok=True)
+    race.screenshot(path=str(ARTIFACTS / "tour-figure.png"))
+
+    # the widget explorer: moving its slider changes its output
+    widget = page.locator(".jp-OutputArea-output .widget-interact, .jp-OutputArea-output .widget-vbox").first
+    widget.scroll_into_view_if_needed()
+    slider = widget.locator(".widget-slider .noUi-handle, .slider .noUi-handle").first
+    page.wait_for_function("el => el.innerText.trim().length > 0",
+                           arg=widget.locator(".widget-output").first.element_handle(), timeout=30_000)
+    before = _widget_output_text(widget)
+    slider.focus()
+    slider.press("ArrowRight")
+    page.wait_for_function("([el, old]) => el.innerText !== old",
+                           arg=[widget.locator(".widget-output").first.element_handle(), before], timeout=30_000)
+    after = _widget_output_text(widget)
+    assert after != before
+    shot = _screenshot(page, "tour-widget.png")
+    assert shot.stat().st_size > 10_000
