@@ -122,3 +122,15 @@ def test_inspect_attention_matrix_reproduces_the_mixer(cfg, classifier):
         assert torch.equal(A.triu(1), torch.zeros_like(A)), "a causal layer attends to no future token"
     decays = inspect.lightnet_tpe_decays(model)
     assert decays.shape == (4, 16) and ((decays > 0) & (decays < 1)).all()
+
+
+def test_scan_speed_rows_are_complete():
+    """The Fig. 2 timing function behind benchmarks/decay.py and lesson 04 (no timing is asserted)."""
+    from seqlab.experiments.lightnet import scan_speed
+
+    rows = scan_speed(lengths=(32, 48), heads=2, dim=8, repeats=1, loop_max=32)
+    assert [r["L"] for r in rows] == [32, 48]
+    for r in rows:
+        for key in ("one_fwd_ms", "two_fwd_ms", "one_bwd_ms", "two_bwd_ms", "floor_ms", "ratio_fwd", "ratio_bwd"):
+            assert r[key] > 0, key
+    assert rows[0]["loop_fwd_ms"] > 0 and rows[1]["loop_fwd_ms"] is None
