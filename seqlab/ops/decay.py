@@ -85,7 +85,6 @@ def decay_coefficients(delta: torch.Tensor, kind: str, causal: bool = True) -> t
         return torch.where(s_le_t, ratio, torch.zeros((), dtype=g.dtype, device=g.device))
     G = delta.cumsum(-1)                                                             # log g_t
     diff = G[..., None, :] - G[..., :, None]                                         # [t, s] = log g_s - log g_t
-    zero = torch.zeros((), dtype=G.dtype, device=G.device)
     forward = torch.where(s_le_t, diff, torch.full((), -torch.inf, dtype=G.dtype, device=G.device)).exp()
     if causal:
         return forward
@@ -93,7 +92,7 @@ def decay_coefficients(delta: torch.Tensor, kind: str, causal: bool = True) -> t
     Gm1 = G - delta                                                                  # G_{t-1}
     back = torch.where(s_le_t.T, (Gm1[..., :, None] - Gm1[..., None, :]), torch.full((), -torch.inf, dtype=G.dtype,
                                                                                      device=G.device)).exp()
-    return forward + back + zero
+    return forward + back
 
 
 # ----------------------------------------------------------------------------------------------
@@ -111,8 +110,8 @@ def _additive_loop_reference(q, k, v, log_decay):
         s = s + d[..., t, :].exp()
         kbar = d[..., t, :].exp() / s
         kv = (1 - kbar)[..., :, None] * kv + (kbar * mult[..., t, :])[..., :, None] * v[..., t, None, :]
-        out.append(torch.einsum("...i,...ij->...j", q[..., t, :].to(kv.dtype) if not q.is_complex() else q[..., t, :],
-                                kv.to(torch.result_type(q, kv))))
+        dt = torch.result_type(q, kv)
+        out.append(torch.einsum("...i,...ij->...j", q[..., t, :].to(dt), kv.to(dt)))        # o_t = kv_t^T q_t
     return torch.stack(out, dim=-2)
 
 
