@@ -2,7 +2,7 @@
 
 The CPU interpreter accepts code that the compiler rejects (non-constexpr shapes, unsupported
 dtypes, ...). ``compile_for`` compiles a kernel to PTX/cubin for ``sm_80`` or ``sm_90`` in a fresh
-Python process with ``TRITON_INTERPRET`` unset (under the interpreter ``@triton.jit`` does not give a
+Python process with ``TRITON_INTERPRET=0`` (under the interpreter ``@triton.jit`` does not give a
 compilable function), so tests catch such code in CI.
 """
 from __future__ import annotations
@@ -33,7 +33,8 @@ def compile_for(module: str, kernel: str, signature: dict, constexprs: dict, cap
     or ``"constexpr"``); ``constexprs`` gives the constexpr values. Returns
     ``{"asm": [stages], "ptx_chars": n}``; raises ``RuntimeError`` with the compiler's message on failure.
     """
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    # "0", not unset: seqlab.kernels switches the interpreter on when the variable is missing.
+    env = dict(os.environ, TRITON_INTERPRET="0")
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     spec = json.dumps({"module": module, "kernel": kernel, "signature": signature,
                        "constexprs": constexprs, "capability": capability})
