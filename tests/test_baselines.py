@@ -9,13 +9,6 @@ from seqlab import models
 from seqlab.layers.attention import LinearTransformerBlock, TransformerBlock, elu_feature_map, linear_attention
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny models: one intra-op thread avoids OpenMP spin-waiting on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def linear_attention_loop(q, k, v, causal=True, eps=1e-6):

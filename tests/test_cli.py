@@ -5,18 +5,10 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from seqlab.__main__ import main, parse_pairs
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny models: one intra-op thread avoids OpenMP spin-waiting on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 TINY = ["--config", "d_model=16", "depth=1", "heads=2",
         "--task-config", "min_len=2", "max_len=4", "train_size=64", "test_size=16", "autoregressive_n=4"]

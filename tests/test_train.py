@@ -10,13 +10,6 @@ from seqlab.config import seed_everything
 from seqlab.tasks.base import IGNORE
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny models: one intra-op thread avoids OpenMP spin-waiting on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ import torch
 
 from seqlab import config
 from seqlab.experiments import experiment
+from seqlab.experiments._common import min_seconds, profile_sizes
 
 __all__ = ["scan_speed", "digits_classifier", "ablation", "causal_lm", "DIGITS_SIZES", "COPYING_SIZES"]
 
@@ -27,13 +28,6 @@ __all__ = ["scan_speed", "digits_classifier", "ablation", "causal_lm", "DIGITS_S
 # Fig. 2: one scan against two scans
 # ----------------------------------------------------------------------------------------------
 
-def _min_time(fn, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def _backward_time(fn, inputs, repeats: int) -> float:
@@ -81,9 +75,9 @@ def scan_speed(*, lengths=(512, 1024, 2048, 4096, 8192), heads: int = 4, dim: in
 
             with torch.no_grad():
                 one(), two()                                                        # warm-up
-                row = {"L": L, "one_fwd_ms": 1e3 * _min_time(one, repeats), "two_fwd_ms": 1e3 * _min_time(two, repeats),
-                       "floor_ms": 1e3 * _min_time(lambda: torch.addcmul(q, k, v), repeats)}
-                row["loop_fwd_ms"] = (1e3 * _min_time(lambda: decay_attention(q, k, v, causal=False, mode="recurrent"), 1)
+                row = {"L": L, "one_fwd_ms": 1e3 * min_seconds(one, repeats), "two_fwd_ms": 1e3 * min_seconds(two, repeats),
+                       "floor_ms": 1e3 * min_seconds(lambda: torch.addcmul(q, k, v), repeats)}
+                row["loop_fwd_ms"] = (1e3 * min_seconds(lambda: decay_attention(q, k, v, causal=False, mode="recurrent"), 1)
                                       if L <= loop_max else None)
             leaves = [t.requires_grad_(True) for t in (q, k, v)]
             row["one_bwd_ms"] = 1e3 * _backward_time(one, leaves, repeats)
@@ -136,13 +130,6 @@ COPYING_SIZES = {
 _TRAIN_KEYS = ("steps", "batch_size", "lr", "eval_every", "threads", "task_kwargs")
 
 
-def _sizes(table: dict, profile: str | None, overrides: dict) -> dict:
-    prof = profile or config.profile()
-    if prof not in table:
-        raise ValueError(f"profile: expected one of {tuple(table)}, got {prof!r}")
-    sizes = dict(table[prof])
-    sizes.update(overrides)
-    return sizes
 
 
 def _train(task, model_config: dict, sizes: dict, *, seed: int, callbacks=(), desc: str | None = None,
@@ -171,7 +158,7 @@ def digits_classifier(*, profile: str | None = None, seed: int = 0, callbacks=()
                       **overrides) -> dict:
     """The non-causal LightNet classifier on the digits patch grid (``task.info["grid"]``): MD-TPE,
     MD-LRPE and additive decay in one scan (eq. 8). Returns ``model, history, accuracy, loss, task, config``."""
-    sizes = _sizes(DIGITS_SIZES, profile, overrides)
+    sizes = profile_sizes(DIGITS_SIZES, profile, overrides, strict=False)
     task = _digits_task(sizes)
     model_config = {k: v for k, v in sizes.items() if k not in _TRAIN_KEYS}
     model_config["grid"] = task.info["grid"]
@@ -191,7 +178,7 @@ def ablation(*, profile: str | None = None, seed: int = 0, variants: dict | None
     """
     from seqlab.models import count_parameters
 
-    sizes = _sizes(ABLATION_SIZES, profile, overrides)
+    sizes = profile_sizes(ABLATION_SIZES, profile, overrides, strict=False)
     task = _digits_task(sizes)
     base = {k: v for k, v in sizes.items() if k not in _TRAIN_KEYS}
     base["grid"] = task.info["grid"]
@@ -210,7 +197,7 @@ def causal_lm(*, profile: str | None = None, seed: int = 0, callbacks=(), progre
     """The causal LightNet language model (1-D TPE and LRPE, eq. 7) on the copying task."""
     from seqlab import tasks
 
-    sizes = _sizes(COPYING_SIZES, profile, overrides)
+    sizes = profile_sizes(COPYING_SIZES, profile, overrides, strict=False)
     task = tasks.copying(**sizes["task_kwargs"])
     model_config = {k: v for k, v in sizes.items() if k not in _TRAIN_KEYS}
     config.seed_everything(seed)

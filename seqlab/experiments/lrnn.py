@@ -28,6 +28,7 @@ import torch
 
 from seqlab import config
 from seqlab.experiments import experiment
+from seqlab.experiments._common import min_seconds, profile_sizes
 
 __all__ = ["SIZES", "make_task", "matched_width", "comparison_models", "fst_comparison", "parameter_table",
            "twist_cost"]
@@ -55,15 +56,7 @@ SIZES = {
 def _sizes(task: str, profile: str | None, overrides: dict) -> dict:
     if task not in SIZES:
         raise ValueError(f"task: expected one of {tuple(SIZES)}, got {task!r}")
-    prof = profile or config.profile()
-    if prof not in SIZES[task]:
-        raise ValueError(f"profile: expected one of {tuple(SIZES[task])}, got {prof!r}")
-    sizes = dict(SIZES[task][prof])
-    unknown = set(overrides) - set(sizes)
-    if unknown:
-        raise TypeError(f"unexpected keyword(s) {sorted(unknown)}; sizes are {sorted(sizes)}")
-    sizes.update({k: v for k, v in overrides.items() if v is not None})
-    return sizes
+    return profile_sizes(SIZES[task], profile, overrides)
 
 
 def make_task(task: str, **task_kwargs):
@@ -182,14 +175,6 @@ def parameter_table(*, vocab_size: int = 17, num_classes: int | None = 10, seq_l
     return {"rows": rows, "seq_len": seq_len, "vocab_size": vocab_size}
 
 
-def _time_call(fn, repeats: int) -> float:
-    fn()  # warm-up
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 @experiment("fst-twist-cost")
@@ -213,9 +198,9 @@ def twist_cost(*, seq_len: int = 64, hiddens=(32, 64, 128, 256, 512, 1024), batc
     with torch.no_grad():
         for h in hiddens:
             x = torch.randn(batch, h, seq_len, generator=gen)
-            times["LRNN along features"].append(_time_call(lambda: lrnn(x), repeats))
+            times["LRNN along features"].append(min_seconds(lambda: lrnn(x), repeats, warmup=True))
             times["attention along features"].append(
-                _time_call(lambda: F.scaled_dot_product_attention(x, x, x), repeats))
+                min_seconds(lambda: F.scaled_dot_product_attention(x, x, x), repeats, warmup=True))
             flops["LRNN along features"].append(4 * h * seq_len * seq_len)        # complex W̄_in: 4 real mults
             flops["attention along features"].append(2 * h * h * seq_len)         # Q K^T and A V
     return {"hiddens": list(hiddens), "seq_len": seq_len, "seconds": times, "multiplies": flops}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from seqlab import config
 from seqlab.experiments import experiment
+from seqlab.experiments._common import profile_sizes
 
 __all__ = ["copying_pair", "copying_ablation", "copying_scaling", "birn_digits", "text_model", "SIZES",
            "ABLATION_VARIANTS", "train_copying"]
@@ -62,18 +63,6 @@ ABLATION_VARIANTS = {
     "activation": {"exp (proposed)": {}, "relu": {"activation": "relu"}, "elu": {"activation": "elu"}},
     "state-expansion": {"1x": {}, "2x": {"state_expansion": 2}, "4x": {"state_expansion": 4}},
 }
-
-
-def _sizes(kind: str, profile: str | None, overrides: dict) -> dict:
-    prof = profile or config.profile()
-    if prof not in SIZES[kind]:
-        raise ValueError(f"profile: expected one of {tuple(SIZES[kind])}, got {prof!r}")
-    sizes = dict(SIZES[kind][prof])
-    unknown = set(overrides) - set(sizes)
-    if unknown:
-        raise TypeError(f"unexpected keyword(s) {sorted(unknown)}; sizes are {sorted(sizes)}")
-    sizes.update({k: v for k, v in overrides.items() if v is not None})
-    return sizes
 
 
 def _copy_task(length: int, train_size: int, test_size: int, seed: int):
@@ -122,7 +111,7 @@ def copying_pair(*, profile: str | None = None, seed: int = 0, callbacks=(), pro
 
     Returns ``{"accuracy": {name: final parallel accuracy}, "histories": {name: History},
     "models": {name: trained model}, "task": the copying task, "sizes": ...}``."""
-    s = _sizes("copying", profile, sizes)
+    s = profile_sizes(SIZES["copying"], profile, sizes)
     task = _copy_task(s["length"], s["train_size"], s["test_size"], seed)
     run = {k: s[k] for k in ("d_model", "depth", "steps", "batch_size", "lr", "eval_every")}
     out = {"accuracy": {}, "histories": {}, "models": {}, "task": task, "sizes": s}
@@ -141,7 +130,7 @@ def copying_ablation(*, profile: str | None = None, seed: int = 0, groups=None, 
 
     Returns ``{"groups": {group: {label: History}}, "final": {group: {label: accuracy}}, "sizes": ...}``;
     the proposed configuration is trained once and shared by every group."""
-    s = _sizes("ablation", profile, sizes)
+    s = profile_sizes(SIZES["ablation"], profile, sizes)
     groups = list(groups or ABLATION_VARIANTS)
     bad = [g for g in groups if g not in ABLATION_VARIANTS]
     if bad:
@@ -168,7 +157,7 @@ def copying_scaling(*, profile: str | None = None, seed: int = 0, names=("causal
     """Iterations until 99 % test accuracy against string length (001 Fig. 4 / 000 Fig. 6).
 
     Returns ``{"lengths": [...], "iterations": {name: [steps or None (not reached)]}, "final": ...}``."""
-    s = _sizes("scaling", profile, sizes)
+    s = profile_sizes(SIZES["scaling"], profile, sizes)
     run = {k: s[k] for k in ("d_model", "depth", "batch_size", "lr", "eval_every")}
     out = {"lengths": list(s["lengths"]), "iterations": {}, "final": {}, "max_steps": s["max_steps"], "sizes": s}
     for name in names:
@@ -193,7 +182,7 @@ def birn_digits(*, profile: str | None = None, seed: int = 0, callbacks=(), prog
     "labels"}``."""
     from seqlab import inspect, models, tasks, train
 
-    s = _sizes("birn", profile, sizes)
+    s = profile_sizes(SIZES["birn"], profile, sizes)
     task = tasks.digits(layout="patches", levels=s["levels"])
     config.seed_everything(seed)
     model = models.build("birn", vocab_size=task.vocab_size, num_classes=task.num_classes, max_len=task.seq_len,
@@ -231,7 +220,7 @@ def text_model(*, profile: str | None = None, seed: int = 0, callbacks=(), progr
     import seqlab
     from seqlab import models, tasks, train
 
-    s = _sizes("text", profile, sizes)
+    s = profile_sizes(SIZES["text"], profile, sizes)
     task = tasks.text(dataset=dataset, dataset_config=dataset_config, seq_len=s["seq_len"], max_chars=s["max_chars"])
     config.seed_everything(seed)
     model = models.build("linear-causalrn", vocab_size=task.vocab_size, d_model=s["d_model"], depth=s["depth"],

@@ -20,7 +20,6 @@ import math
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from seqlab.ops.gateloop import gateloop
 

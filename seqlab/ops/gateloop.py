@@ -219,7 +219,6 @@ def _attention_matrix_stable(q, k, a, dtype):
 def _state_terms(q, k, v, a, h0, c_mag, c_ph, dtype):
     """What ``h0`` adds to the outputs, ``(q_n . prod_{j<=n} a_j) h0``, and the final state ``S_L``."""
     B, H, L, dk = q.shape
-    dv = v.shape[-1]
     complex_a = a.is_complex()
     zeros = torch.zeros_like(c_mag[..., :1, :])
     final_decay = _relative_decay(c_mag[..., -1:, :], c_ph[..., -1:, :], c_mag, c_ph, None, dtype, complex_a)[..., 0, :, :]
