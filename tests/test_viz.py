@@ -313,3 +313,21 @@ def test_inspect_capture_per_layer_predict():
     assert pred.shape == (2, 5) and torch.equal(pred, model(tokens).argmax(-1))
     assert inspect.predict(model, tokens[0]).shape == (5,)
     assert inspect.parameter_count(model) == sum(p.numel() for p in model.parameters())
+
+
+def test_nbstate_drops_only_bulky_widget_state(tmp_path):
+    import nbformat
+
+    from seqlab.viz.nbstate import STATE_KEY, drop_large_widget_state
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["widgets"] = {STATE_KEY: {"version_major": 2, "version_minor": 0, "state": {
+        "a" * 32: {"model_name": "AnyModel", "state": {"_esm": "x" * 300_000}},
+        "b" * 32: {"model_name": "IntSliderModel", "state": {"value": 3}},
+    }}}
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    assert drop_large_widget_state(path) == ["AnyModel " + "a" * 32]
+    kept = nbformat.read(path, as_version=4).metadata["widgets"][STATE_KEY]["state"]
+    assert list(kept) == ["b" * 32]
+    assert drop_large_widget_state(path) == []  # nothing left to drop
