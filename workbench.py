@@ -80,13 +80,19 @@ def write_lab_overrides(py: Path) -> None:
                             check=True).stdout.strip()
     settings = Path(prefix) / "share" / "jupyter" / "lab" / "settings"
     settings.mkdir(parents=True, exist_ok=True)
-    (settings / "overrides.json").write_text(json.dumps(LAB_OVERRIDES, indent=2))
+    path = settings / "overrides.json"
+    current = json.loads(path.read_text()) if path.exists() else {}
+    for plugin, values in LAB_OVERRIDES.items():  # merge: keep whatever else is set there
+        current.setdefault(plugin, {}).update(values)
+    path.write_text(json.dumps(current, indent=2))
 
 
 def lab(args: list[str]) -> int:
     py = ensure_environment()
     write_lab_overrides(py)
     cmd = [py, "-m", "jupyter", "lab", f"--notebook-dir={ROOT / 'notebooks'}", *args]
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in args:
+        cmd.append("--allow-root")  # containers often run as root; JupyterLab refuses without it
     print("+", " ".join(map(str, cmd)), flush=True)
     return subprocess.call([str(c) for c in cmd], cwd=ROOT)
 
