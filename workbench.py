@@ -3,6 +3,7 @@
 
     python workbench.py lab     # JupyterLab on notebooks/  (the main job)
     python workbench.py test    # every test, the lessons included (what CI runs)
+    python workbench.py execute notebooks/02_linear_recurrence.ipynb   # re-run a lesson, save its outputs
 
 Both create or reuse one local virtual environment, ``.venv`` beside this file, and install into it
 ``torch==2.13.0`` (the pin: a CPU wheel on a machine without CUDA, the usual CUDA build on a CUDA
@@ -97,12 +98,17 @@ def lab(args: list[str]) -> int:
     return subprocess.call([str(c) for c in cmd], cwd=ROOT)
 
 
+def test_environment() -> dict:
+    """What tests and committed lesson outputs run under: the quick profile and one math thread per
+    process (two pytest workers share two cores; more threads oversubscribe them and make torch many
+    times slower). Notebooks under nbval inherit this environment."""
+    return dict(os.environ, SEQLAB_PROFILE="quick", TRITON_DEFAULT_FP_FUSION="1", PYTHONHASHSEED="0",
+                OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
 def test(args: list[str]) -> int:
     py = ensure_environment()
-    # Two pytest workers on two cores: one math thread each (more threads oversubscribe the cores
-    # and make torch many times slower). Notebooks under nbval inherit this environment.
-    env = dict(os.environ, SEQLAB_PROFILE="quick", TRITON_DEFAULT_FP_FUSION="1", PYTHONHASHSEED="0",
-               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = test_environment()
     cmd = [py, "-m", "pytest", *(args or PYTEST_ARGS)]
     if args:  # a narrower run still validates notebooks the same way
         cmd = [py, "-m", "pytest", "--nbval-current-env", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg",
@@ -111,8 +117,23 @@ def test(args: list[str]) -> int:
     return subprocess.call([str(c) for c in cmd], cwd=ROOT, env=env)
 
 
+def execute(args: list[str]) -> int:
+    """Re-execute lessons in place under the test environment (so nbval sees the same numbers), then
+    drop the bulky widget state that plotly's FigureWidget leaves in the file."""
+    if not args:
+        print("usage: python workbench.py execute notebooks/NN_name.ipynb [...]")
+        return 2
+    py = ensure_environment()
+    env = test_environment()
+    for nb in args:
+        run([py, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--inplace",
+             "--ExecutePreprocessor.timeout=900", nb], cwd=ROOT, env=env)
+        run([py, "-m", "seqlab.viz.nbstate", nb], cwd=ROOT, env=env)
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    commands = {"lab": lab, "test": test}
+    commands = {"lab": lab, "test": test, "execute": execute}
     if not argv or argv[0] not in commands:
         print(__doc__)
         return 2
