@@ -89,9 +89,9 @@ def test_kernels_compile_for_sm80_and_sm90():
     separate-decay backward, which holds every branch) for A100 and H100, in parallel subprocesses."""
     from seqlab.kernels.aot import compile_for
 
-    jobs = [("additive_decay_fwd_kernel_aot", FWD_SIG, {"SHARED": True, "BLOCK_K": 32, "BLOCK_V": 32}, cap)
+    jobs = [("additive_decay_fwd_kernel", FWD_SIG, {"SHARED": True, "BLOCK_K": 32, "BLOCK_V": 32}, cap)
             for cap in (80, 90)]
-    jobs += [("additive_decay_bwd_kernel_aot", BWD_SIG, {"SHARED": False, "BLOCK_K": 64, "BLOCK_V": 16}, cap)
+    jobs += [("additive_decay_bwd_kernel", BWD_SIG, {"SHARED": False, "BLOCK_K": 64, "BLOCK_V": 16}, cap)
              for cap in (80, 90)]
     with ThreadPoolExecutor(len(jobs)) as pool:
         results = list(pool.map(lambda j: compile_for("seqlab.kernels.decay", j[0], j[1], j[2], capability=j[3]), jobs))

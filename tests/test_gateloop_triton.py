@@ -53,7 +53,7 @@ def test_backward_with_state_matches_float64_recurrence(kind):
         check(g, r, 1e-5, f"triton grad {name} ({kind})")
 
 
-@pytest.mark.parametrize("kernel,capability", [("gateloop_fwd_kernel_aot", 80), ("gateloop_bwd_kernel_aot", 90)])
+@pytest.mark.parametrize("kernel,capability", [("gateloop_fwd_kernel", 80), ("gateloop_bwd_kernel", 90)])
 def test_kernels_compile_for_gpu(kernel, capability):
     from seqlab.kernels.aot import compile_for
 

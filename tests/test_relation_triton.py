@@ -64,7 +64,7 @@ BWD_SIG = {"p_ptr": "*fp32", "y_ptr": "*fp32", "g_ptr": "*fp32", "dp_ptr": "*fp3
 def test_kernels_compile_for_sm80_and_sm90():
     from seqlab.kernels.aot import compile_for
 
-    jobs = [(k, sig, cap) for k, sig in (("logcumsumexp_fwd_kernel_aot", SIG), ("logcumsumexp_bwd_kernel_aot", BWD_SIG))
+    jobs = [(k, sig, cap) for k, sig in (("logcumsumexp_fwd_kernel", SIG), ("logcumsumexp_bwd_kernel", BWD_SIG))
             for cap in (80, 90)]
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda j: compile_for("seqlab.kernels.relation", j[0], j[1],

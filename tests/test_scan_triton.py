@@ -151,7 +151,7 @@ class TestAOTForward:  # one class per kernel: pytest-xdist --dist loadscope run
         from seqlab.kernels.aot import compile_for
 
         # bf16 in/out with the float32 state, complex planes, h0: the widest branch of the kernel
-        out = compile_for("seqlab.kernels.scan", "linear_scan_fwd_kernel_aot", _fwd_signature("bf16"),
+        out = compile_for("seqlab.kernels.scan", "linear_scan_fwd_kernel", _fwd_signature("bf16"),
                           {**_CONST, "REVERSE": capability == 90}, capability=capability)
         assert "ptx" in out["asm"] and out["ptx_chars"] > 0
 
@@ -161,6 +161,6 @@ class TestAOTBackward:
     def test_backward_kernel_compiles(self, capability):
         from seqlab.kernels.aot import compile_for
 
-        out = compile_for("seqlab.kernels.scan", "linear_scan_bwd_kernel_aot", _bwd_signature("fp32"),
+        out = compile_for("seqlab.kernels.scan", "linear_scan_bwd_kernel", _bwd_signature("fp32"),
                           {**_CONST, "REVERSE": capability == 80}, capability=capability)
         assert "ptx" in out["asm"] and out["ptx_chars"] > 0

@@ -118,16 +118,6 @@ if HAVE_TRITON:
             lse_after = lse_t
 
 
-    def _compilable(kernel):
-        """The same source as a compilable ``JITFunction`` even when ``seqlab.kernels`` switched the
-        interpreter on (it does so inside ``seqlab.kernels.aot.compile_for``'s subprocess too)."""
-        from triton.runtime.jit import JITFunction
-
-        return kernel if isinstance(kernel, JITFunction) else JITFunction(kernel.fn)
-
-    additive_decay_fwd_kernel_aot = _compilable(additive_decay_fwd_kernel)
-    additive_decay_bwd_kernel_aot = _compilable(additive_decay_bwd_kernel)
-
 
 def _blocks(dk: int, dv: int) -> tuple[int, int]:
     import triton

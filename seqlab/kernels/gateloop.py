@@ -278,29 +278,6 @@ if triton is not None:
         tl.store(dh0_im + p_s, dS_im, mask=m_s)
 
 
-    def _compilable_kernels():
-        """Compilable copies of the two kernels even under ``TRITON_INTERPRET=1``.
-
-        ``seqlab.kernels`` switches the interpreter on when there is no CUDA, also inside the
-        subprocess of ``seqlab.kernels.aot.compile_for``; then every ``@triton.jit`` here is an
-        interpreted function. These copies rebuild the kernels and the helpers they call as
-        ``JITFunction``s over one namespace, so the very same source compiles for sm_80/sm_90.
-        """
-        import types
-
-        from triton.runtime.jit import JITFunction
-
-        if isinstance(gateloop_fwd_kernel, JITFunction):
-            return gateloop_fwd_kernel, gateloop_bwd_kernel
-        namespace = dict(globals())
-        for name in ("_segment_sums", "_row", "_chunk_decays", "_mm", "_sum_before"):
-            fn = globals()[name].fn
-            namespace[name] = JITFunction(types.FunctionType(fn.__code__, namespace, fn.__name__))
-        return tuple(JITFunction(types.FunctionType(k.fn.__code__, namespace, k.fn.__name__))
-                     for k in (gateloop_fwd_kernel, gateloop_bwd_kernel))
-
-    gateloop_fwd_kernel_aot, gateloop_bwd_kernel_aot = _compilable_kernels()
-
 
 def _block(n: int) -> int:
     return max(16, triton.next_power_of_2(n))

@@ -76,16 +76,6 @@ if triton is not None:
             y_next = y
 
 
-    def _compilable(kernel):
-        """The same source as a compilable ``JITFunction`` even when ``seqlab.kernels`` switched the
-        interpreter on (it does so inside ``seqlab.kernels.aot.compile_for``'s subprocess too)."""
-        from triton.runtime.jit import JITFunction
-
-        return kernel if isinstance(kernel, JITFunction) else JITFunction(kernel.fn)
-
-    logcumsumexp_fwd_kernel_aot = _compilable(logcumsumexp_fwd_kernel)
-    logcumsumexp_bwd_kernel_aot = _compilable(logcumsumexp_bwd_kernel)
-
 
 def _launch_grid(B: int, H: int, block: int):
     return (B, triton.cdiv(H, block))

@@ -152,22 +152,6 @@ if triton is not None:
             dn_im = d_im
 
 
-    def _compilable(kernel):
-        """The kernel as a compilable ``JITFunction`` even under ``TRITON_INTERPRET=1``.
-
-        ``seqlab.kernels`` switches the interpreter on when there is no CUDA, also inside the
-        subprocess of ``seqlab.kernels.aot.compile_for`` (which only drops the variable), so its
-        ``@triton.jit`` functions are interpreted there; these aliases let ``compile_for`` compile the
-        very same source for sm_80/sm_90.
-        """
-        from triton.runtime.jit import JITFunction
-
-        return kernel if isinstance(kernel, JITFunction) else JITFunction(kernel.fn)
-
-    linear_scan_fwd_kernel_aot = _compilable(linear_scan_fwd_kernel)
-    linear_scan_bwd_kernel_aot = _compilable(linear_scan_bwd_kernel)
-
-
 _SUPPORTED = (torch.float32, torch.bfloat16, torch.float64, torch.complex64, torch.complex128)
 
 
