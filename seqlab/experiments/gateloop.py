@@ -47,7 +47,7 @@ def accuracy_by_span(model, task, split: str = "test", bins=None, batch_size: in
     return rows
 
 
-@experiment("gateloop_memory_horizon")
+@experiment("gateloop-memory-horizon")
 def memory_horizon_comparison(*, profile: str | None = None, seq_len: int | None = None, steps: int | None = None,
                               d_model: int | None = None, n_layers: int | None = None, heads: int | None = None,
                               batch_size: int = 32, lr: float | None = None, train_size: int | None = None,
