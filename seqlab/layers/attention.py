@@ -153,7 +153,8 @@ class _AttentionBlock(nn.Module):
         return q, k, v
 
     def mix(self, q, k, v) -> torch.Tensor:
-        raise NotImplementedError
+        """The token mixing of a subclass: ``q, k, v (B, H, L, d) -> (B, H, L, d)``."""
+        raise NotImplementedError(f"{type(self).__name__} must define mix(q, k, v)")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_tensor("x", x, ndim=3)
