@@ -45,6 +45,16 @@ def _model_device(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
+def _run_hooked(model: nn.Module, tokens: torch.Tensor, handles: list) -> None:
+    """Run ``model`` on ``tokens`` in eval mode for the hooks in ``handles``; always remove them."""
+    try:
+        with evaluating(model):
+            model(tokens.to(_model_device(model)))
+    finally:
+        for h in handles:
+            h.remove()
+
+
 def capture(model: nn.Module, tokens: torch.Tensor,
             where: str | type | Iterable[str] | Callable[[str, nn.Module], bool]) -> dict[str, torch.Tensor]:
     """Run ``model(tokens)`` and return ``{module name: its output}`` for the chosen sub-modules.
@@ -77,13 +87,7 @@ def capture(model: nn.Module, tokens: torch.Tensor,
             caught[name] = out.detach().cpu() if isinstance(out, torch.Tensor) else out
         return hook
 
-    handles = [modules[n].register_forward_hook(hook_for(n)) for n in chosen]
-    try:
-        with evaluating(model):
-            model(tokens.to(_model_device(model)))
-    finally:
-        for h in handles:
-            h.remove()
+    _run_hooked(model, tokens, [modules[n].register_forward_hook(hook_for(n)) for n in chosen])
     return caught
 
 
@@ -223,13 +227,7 @@ def gateloop_transitions(model: nn.Module, tokens: torch.Tensor) -> dict[str, li
         out["magnitude"].append(mag.detach().float().cpu())
         out["phase"].append(phase.detach().float().cpu())
 
-    handles = [m.register_forward_pre_hook(hook) for m in mixers]
-    try:
-        with evaluating(model):
-            model(tokens.to(_model_device(model)))
-    finally:
-        for h in handles:
-            h.remove()
+    _run_hooked(model, tokens, [m.register_forward_pre_hook(hook) for m in mixers])
     return out
 
 
