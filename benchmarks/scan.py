@@ -19,10 +19,28 @@ fitted from ``L >= 1024`` (1.0 = linear). Each mode's output is checked against 
 On a machine shared with other jobs, wall-clock times of multi-threaded runs measure the contention
 more than the code (every small parallel op waits at an OpenMP barrier for a descheduled thread):
 ``--threads 1 --clock cpu`` times this process's own CPU seconds on one thread, which is stable.
+
+Memory regime. Every method allocates its output and streams its inputs; left alone, two effects of
+the machine rather than the algorithm bend the time-per-element curve, so by default the script
+removes both, for every method alike (the floor included):
+
+- fresh pages: glibc serves blocks of 32 MiB and more (L >= 4096 at B=8, D=256) from new ``mmap``s,
+  so every call page-faults its whole output (measured: 11 of the floor's 12 ms at L=4096) while
+  smaller blocks are reused. ``--alloc steady`` (default) turns ``mmap`` off (``mallopt(M_MMAP_MAX,
+  0)``, and no trimming of the heap): freed outputs are reused at every length, as PyTorch's caching allocator does on a GPU.
+  ``--alloc fresh`` keeps glibc's default.
+- caches: at L=1024 inputs and output (24 MiB) fit in a 32 MiB L3, at L >= 4096 they stream from
+  DRAM. ``--cache cold`` (default) reads a 256 MiB buffer before every timed call (outside the timing;
+  ``triton.testing.do_bench`` does the same on a GPU), so every length starts from DRAM.
+  ``--cache warm`` times back-to-back calls.
+
+With both defaults the floor's own slope is 1.0 (measured 1.03); with ``--alloc fresh --cache warm``
+it is about 1.35, and every method inherits that bend.
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 import math
 import time
 
@@ -30,11 +48,22 @@ import torch
 
 from seqlab.ops import linear_scan, relative_error
 
-MODES = ("sequential", "blocked", "associative", "doubling", "auto")
+MODES = ("sequential", "blocked", "associative", "doubling", "compiled", "auto")
 
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 CLOCK = time.perf_counter
+SWEEP = None  # a 256 MiB buffer read before every timed call (--cache cold)
+
+
+def steady_allocation() -> bool:
+    """glibc stops serving big blocks from fresh mmaps and stops returning freed memory: freed blocks are reused."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        # M_MMAP_MAX = -4: no mmap; M_TRIM_THRESHOLD = -1: never shrink the heap (2 GiB - 1 of free top)
+        return bool(libc.mallopt(-4, 0)) and bool(libc.mallopt(-1, 2 ** 31 - 1))
+    except OSError:  # not glibc
+        return False
 
 
 def best_time(fn, repeats: int) -> float:
@@ -42,6 +71,8 @@ def best_time(fn, repeats: int) -> float:
     fn()  # warm-up (allocator, caches)
     times = []
     for _ in range(repeats):
+        if SWEEP is not None:
+            SWEEP.sum()  # evict the inputs from every cache level (read-only: nothing dirty to write back)
         t0 = CLOCK()
         fn()
         times.append(CLOCK() - t0)
@@ -94,17 +125,27 @@ def main(argv=None):
     parser.add_argument("--max-sequential", type=int, default=16384, help="longest L for the Python loop")
     parser.add_argument("--max-peer", type=int, default=16384, help="longest L for the public peers (memory)")
     parser.add_argument("--modes", nargs="+", default=list(MODES))
+    parser.add_argument("--alloc", choices=("steady", "fresh"), default="steady",
+                        help="steady: reuse freed outputs (no mmap); fresh: glibc's default (see 'Memory regime')")
+    parser.add_argument("--cache", choices=("cold", "warm"), default="cold",
+                        help="cold: sweep the caches before every timed call; warm: back-to-back calls")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="'cpu' = this process's CPU time: robust on a shared machine (use with --threads 1)")
     args = parser.parse_args(argv)
-    global CLOCK
+    global CLOCK, SWEEP
     CLOCK = CLOCKS[args.clock]
+    alloc = args.alloc
+    if alloc == "steady" and not steady_allocation():
+        alloc = "fresh (mallopt unavailable)"
+    if args.cache == "cold":
+        SWEEP = torch.ones(64 << 20)
     if args.threads:
         torch.set_num_threads(args.threads)
     B, D = args.batch, args.dim
     others = peers()
     print(f"linear_scan on {torch.device('cpu')}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"B={B}, D={D}, float32, min of {args.repeats} runs of {args.clock} time; peers installed: {sorted(others) or 'none'}")
+          f"B={B}, D={D}, float32, min of {args.repeats} runs of {args.clock} time, "
+          f"allocation {alloc}, {args.cache} cache; peers installed: {sorted(others) or 'none'}")
     names = ["floor (addcmul)"] + list(args.modes) + list(others)
     table = {n: [] for n in names}
     g = torch.Generator().manual_seed(0)

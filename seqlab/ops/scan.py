@@ -23,11 +23,14 @@ along dim ``-2`` of ``x`` (``(..., L, D)``), in every equivalent way:
     A two-level chunked scan for CPUs: chunks of ``C`` steps are scanned side by side (a loop over
     ``C`` touching ``L/C`` chunks at once), their end states are carried across chunks by a short
     scan over ``L/C`` items, then each chunk is rescanned from its true initial state.
+``compiled``
+    The loop itself, compiled for the CPU by Numba (``seqlab.kernels.compiled``): one pass that reads
+    ``a`` and ``x`` once and writes ``h`` once, parallel over batch rows and blocks of channels.
 ``triton``
     A Triton kernel (``seqlab.kernels.scan``): sequential in time, parallel over batch and channels.
 ``auto``
-    The fastest correct mode for the device: ``triton`` on CUDA, ``blocked`` on CPU (see
-    ``benchmarks/scan.py`` for the measurements behind this choice).
+    The fastest correct mode for the device: ``triton`` on CUDA, ``compiled`` on CPU (``blocked``
+    where Numba is missing); see ``benchmarks/scan.py`` for the measurements behind this choice.
 
 Every mode is differentiable. The fast modes share one backward, the reverse recurrence
 (``g = ∂loss/∂h``, PyTorch's conjugate convention for complex tensors):
@@ -53,7 +56,7 @@ from seqlab.ops._checks import check_mode, check_same_device, check_tensor, desc
 
 __all__ = ["linear_scan", "linear_scan_reference", "doubling_levels", "SCAN_MODES", "scan_auto_mode", "scan_chunk_size"]
 
-SCAN_MODES = ("auto", "sequential", "doubling", "associative", "blocked", "triton")
+SCAN_MODES = ("auto", "sequential", "doubling", "associative", "blocked", "compiled", "triton")
 
 _REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -304,8 +307,10 @@ def _prefix_scan(a, x):
     return out
 
 
-def _forward_triton(a, x, h0, reverse):
-    raise RuntimeError("internal: the triton mode is dispatched before _forward_triton")
+def _forward_compiled(a, x, h0, reverse):
+    from seqlab.kernels.compiled import scan_forward
+
+    return scan_forward(a, x, h0, reverse)
 
 
 _FORWARD = {
@@ -313,6 +318,7 @@ _FORWARD = {
     "doubling": _forward_doubling,
     "associative": _forward_associative,
     "loop": _forward_loop,
+    "compiled": _forward_compiled,
 }
 
 
@@ -328,6 +334,8 @@ def _real_view(a, x, h0):
 
 
 def _run(mode, a, x, h0, reverse):
+    if mode == "compiled":  # the compiled loop takes complex x with a real a as it is
+        return _forward_compiled(a, x, h0, reverse)
     ar, xr, h0r, viewed = _real_view(a, x, h0)
     out = _FORWARD[mode](ar, xr, h0r, reverse)
     return torch.view_as_complex(out) if viewed else out
@@ -386,12 +394,17 @@ class _ScanFunction(torch.autograd.Function):
 # 4. The public op: checks, canonical layout, dispatch.
 # ----------------------------------------------------------------------------------------------
 def scan_auto_mode(device: torch.device) -> str:
-    """``auto``: the Triton kernel on CUDA (when Triton is there), else the blocked scan (fastest on CPU)."""
+    """``auto``: the Triton kernel on CUDA (when Triton is there); on CPU the compiled loop, else the blocked scan."""
     if device.type == "cuda":
         from seqlab import kernels
 
         if kernels.HAVE_TRITON and not kernels.interpreted():
             return "triton"
+    if device.type == "cpu":
+        from seqlab.kernels.compiled import HAVE_NUMBA
+
+        if HAVE_NUMBA:
+            return "compiled"
     return "blocked"
 
 
