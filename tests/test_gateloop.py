@@ -7,7 +7,7 @@ from conftest import check
 
 from seqlab.ops.gateloop import gateloop, gateloop_attention_matrix, gateloop_softmax
 
-SCAN_MODES = ("recurrent", "associative", "chunked", "auto")      # tolerance 1e-5
+SCAN_MODES = ("recurrent", "associative", "chunked", "compiled", "auto")      # tolerance 1e-5
 MATRIX_MODES = ("attention",)                              # tolerance 1e-4
 
 
@@ -228,10 +228,101 @@ def test_auto_on_max_headed_inputs():
     check(gateloop(q, k, v, a), ref, 1e-5, "auto, dk = dv = 1")
 
 
-@pytest.mark.parametrize("mode", ["chunked", "auto", "associative"])
+@pytest.mark.parametrize("mode", ["chunked", "auto", "associative", "compiled"])
 def test_gradients_long_sequence(mode):
     q, k, v, a = make_inputs(1, 1, 4096, 2, 2)
     ref = grads(lambda *t: gateloop(*t, mode="recurrent", return_state=True), [to64(t) for t in (q, k, v, a)])
     out = grads(lambda *t: gateloop(*t, mode=mode, return_state=True), [q, k, v, a])
     for name, g, r in zip("qkva", out, ref):
         check(g, r, 1e-5, f"{mode} grad {name}, L=4096")
+
+
+# ----------------------------------------------------------------------------- the compiled CPU kernel
+
+
+def test_auto_is_the_compiled_kernel_on_cpu(monkeypatch):
+    from seqlab.kernels import compiled
+    from seqlab.ops.gateloop import _pick_auto
+
+    q, k, v, a = make_inputs(L=5)
+    assert _pick_auto(q, v) == "compiled"
+    monkeypatch.setattr(compiled, "HAVE_NUMBA", False)
+    assert _pick_auto(q, v) == "chunked"
+    with pytest.raises(compiled.CompiledUnavailable, match="numba"):
+        gateloop(q, k, v, a, mode="compiled")
+
+
+@pytest.mark.parametrize("dk, dv", [(1, 1), (3, 2)])   # the max-headed kernel and the general one
+@pytest.mark.parametrize("B, H, L", [(1, 6, 5), (2, 3, 130), (1, 1, 1)])
+def test_compiled_gradients_gradcheck(dk, dv, B, H, L):
+    """float64 gradcheck through the compiled forward and backward, h0 and the final state included.
+
+    Head counts not divisible by the 4 interleaved heads, L shorter than their skew, and L past
+    two checkpoints (one per 64 steps) with a partial last chunk.
+    """
+    q, k, v, a = make_inputs(B, H, L, dk, dv)
+    h0 = torch.randn(B, H, dk, dv, dtype=torch.complex128)
+    ins = [to64(t).requires_grad_() for t in (q, k, v, a)] + [h0.requires_grad_()]
+
+    def f(q, k, v, a, h0):
+        y, S = gateloop(q, k, v, a, h0=h0, mode="compiled", return_state=True)
+        return y, S
+
+    assert torch.autograd.gradcheck(f, ins, atol=1e-8, rtol=1e-6)
+
+
+def test_compiled_keeps_real_inputs_real_with_complex_a():
+    """Real q, k, v with a complex a (the usual GateLoop layer): computed without copying them to complex;
+    their gradients are real and equal the float64 recurrence's."""
+    q, k, v, a = make_inputs(2, 5, 77, 1, 1, complex_=False)
+    a = torch.polar(a.abs(), torch.rand_like(a) * 6)
+    for dkv in ((1, 1), (2, 3)):
+        q2, k2, a2 = (t.expand(-1, -1, -1, dkv[0]).contiguous() for t in (q, k, a))
+        v2 = v.expand(-1, -1, -1, dkv[1]).contiguous()
+        ins = [t.clone().requires_grad_() for t in (q2, k2, v2, a2)]
+        y = gateloop(*ins, mode="compiled")
+        ref_ins = [to64(t).requires_grad_() for t in (q2, k2, v2, a2)]
+        ref = gateloop(*ref_ins, mode="recurrent")
+        check(y, ref, 1e-5, f"compiled real q, k, v, dk, dv = {dkv}")
+        y.real.square().sum().backward()
+        ref.real.square().sum().backward()
+        for name, t, r in zip("qkva", ins, ref_ins):
+            assert t.grad.dtype == t.dtype
+            check(t.grad, r.grad, 1e-5, f"compiled grad {name}, dk, dv = {dkv}")
+
+
+def test_compiled_result_does_not_depend_on_threads():
+    q, k, v, a = make_inputs(2, 9, 200, 1, 1)
+    prev = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = gateloop(q, k, v, a, mode="compiled")
+        torch.set_num_threads(2)
+        two = gateloop(q, k, v, a, mode="compiled")
+    finally:
+        torch.set_num_threads(prev)
+    assert torch.equal(one, two)
+
+
+@pytest.mark.parametrize("dk, dv", [(1, 1), (4, 5)])
+def test_compiled_checks_inside_the_kernel(dk, dv):
+    """|a| > 1 and NaN in a raise ValueError naming a; a non-finite output raises FloatingPointError."""
+    q, k, v, a = make_inputs(2, 3, 50, dk, dv)
+    with pytest.raises(ValueError, match="a: state transitions need magnitudes"):
+        gateloop(q, k, v, a * 1.01, mode="compiled")
+    bad = a.clone()
+    bad[1, 2, 17, 0] = float("nan")
+    with pytest.raises(ValueError, match="a: state transitions need magnitudes"):
+        gateloop(q, k, v, bad, mode="compiled")
+    q = q.clone()
+    q[0, 1, 30, 0] = float("inf")
+    with pytest.raises(FloatingPointError, match="non-finite"):
+        gateloop(q, k, v, a, mode="compiled")
+
+
+def test_compiled_half_precision_inputs():
+    q, k, v, a = make_inputs(1, 2, 40, 2, 2, complex_=False)
+    out = gateloop(q.bfloat16(), k.bfloat16(), v.bfloat16(), a.bfloat16(), mode="compiled")
+    ref, _ = reference(q.bfloat16(), k.bfloat16(), v.bfloat16(), a.bfloat16())
+    assert out.dtype == torch.float32
+    check(out, ref, 1e-5, "compiled bf16 inputs, float32 computation")

@@ -40,6 +40,11 @@ __all__ = ["HAVE_NUMBA", "CompiledUnavailable", "require_compiled", "scan_forwar
 # (independent chains side by side, so a step does not wait for the latency of the previous one).
 _MIN_BLOCK = 64
 _INTERLEAVE = 16
+# GateLoop with dk = dv = 1: heads run side by side, each this many steps behind the previous one.
+_HEADS = 4
+_SKEW = 37
+# |a| above 1 + 1e-6 is refused (the torch modes' bound), compared as |a|^2.
+_MAX_ABS2 = (1.0 + 1e-6) ** 2
 
 
 class CompiledUnavailable(RuntimeError):
@@ -70,6 +75,31 @@ def _use_threads() -> int:
 
 if HAVE_NUMBA:
     _jit = numba.njit(parallel=True, cache=True, fastmath=False, nogil=True)
+
+    @numba.njit(cache=True, nogil=True)
+    def _row_stats(y, a, out):  # pragma: no cover - compiled
+        """The checks of one head, after its loop: ``out = [y not finite, max |a|^2, |a| > 1 or not finite]``.
+
+        ``y - y`` is 0 for a finite ``y`` and NaN otherwise, and ``NaN <= x`` is false: both checks are
+        or-reductions of comparisons, which vectorise without reordering any float arithmetic. They
+        run apart from the loop over time, where a running check would add work to every step.
+        """
+        bad_y = False
+        for t in range(y.shape[0]):
+            d = y[t] - y[t]
+            bad_y |= (d.real != 0.0) | (d.imag != 0.0)
+        bad_a = False
+        for t in range(a.shape[0]):
+            bad_a |= not (a[t].real * a[t].real + a[t].imag * a[t].imag <= _MAX_ABS2)
+        big = 0.0
+        if bad_a:  # the rare path: the largest |a|^2 for the message (NaN if an a is NaN)
+            for t in range(a.shape[0]):
+                m = a[t].real * a[t].real + a[t].imag * a[t].imag
+                if not m <= big:
+                    big = m
+        out[0] = 1.0 if bad_y else 0.0
+        out[1] = big
+        out[2] = 1.0 if bad_a else 0.0
 
     @_jit
     def _scan_kernel(a, x, h0, reverse, rows_per_task, blocks, out):  # pragma: no cover - compiled
@@ -108,43 +138,72 @@ if HAVE_NUMBA:
         return out
 
     @_jit
-    def _gateloop_forward_kernel(q, k, v, a, h0, chunk, y, final, checkpoints):  # pragma: no cover - compiled
-        """GateLoop eq. 7-8 step by step, ``G`` heads side by side.
+    def _gateloop_forward_kernel(q, k, v, a, h0, chunk, y, final, checkpoints, stats):  # pragma: no cover
+        """GateLoop eq. 7-8 step by step, one head per task.
 
-        q, k, a: (N, L, dk); v, y: (N, L, dv); h0, final: (N or 1, dk, dv) / (N, dk, dv);
-        checkpoints: (N, ceil(L / chunk), dk, dv) gets the state entering every chunk (for the
-        backward pass), or has a leading 0 when no backward pass will run.
+        q, k, a: (N, L, dk); v, y: (N, L, dv); h0: (N or 1, dk, dv); final: (N, dk, dv);
+        checkpoints: (N, ceil(L / chunk), dk, dv) gets the state entering every chunk (for the backward
+        pass), or is empty when no backward pass will run; stats: (N, 3), see :func:`_row_stats`.
             S_n = diag(a_n) S_{n-1} + k_n^T v_n,    y_n = q_n S_n
         """
         N, L, dk = q.shape
         dv = v.shape[2]
-        G = max(1, min(N, _INTERLEAVE // (dk * dv)))
         save = checkpoints.shape[0] > 0
-        for grp in prange((N + G - 1) // G):
-            n0 = grp * G
-            n1 = min(N, n0 + G)
-            S = np.empty((n1 - n0, dk, dv), dtype=y.dtype)
-            for n in range(n0, n1):
-                S[n - n0] = h0[n if h0.shape[0] > 1 else 0]
-            acc = np.empty(dv, dtype=y.dtype)
+        for n in prange(N):
+            S = final[n]                      # the running state lives in the output's slot
+            start = h0[0] if h0.shape[0] == 1 else h0[n]
+            for i in range(dk):               # (explicit loops: an array expression in a prange body
+                for j in range(dv):           # becomes a nested parallel loop)
+                    S[i, j] = start[i, j]
             for t in range(L):
-                for n in range(n0, n1):
-                    Sn = S[n - n0]
-                    if save and t % chunk == 0:
-                        checkpoints[n, t // chunk] = Sn
-                    acc[:] = 0
+                if save and t % chunk == 0:
                     for i in range(dk):
-                        ai = a[n, t, i]
-                        ki = k[n, t, i]
-                        qi = q[n, t, i]
                         for j in range(dv):
-                            s_ij = ai * Sn[i, j] + ki * v[n, t, j]      # eq. 7
-                            Sn[i, j] = s_ij
-                            acc[j] += qi * s_ij                          # eq. 8
+                            checkpoints[n, t // chunk, i, j] = S[i, j]
+                row = y[n, t]
+                for i in range(dk):
+                    ai = a[n, t, i]
+                    ki = k[n, t, i]
+                    qi = q[n, t, i]
                     for j in range(dv):
-                        y[n, t, j] = acc[j]
-            for n in range(n0, n1):
-                final[n] = S[n - n0]
+                        s_ij = ai * S[i, j] + ki * v[n, t, j]          # eq. 7
+                        S[i, j] = s_ij
+                        if i == 0:
+                            row[j] = qi * s_ij                          # eq. 8
+                        else:
+                            row[j] += qi * s_ij
+            _row_stats(y[n].ravel(), a[n].ravel(), stats[n])
+
+    @_jit
+    def _gateloop_scalar_kernel(q, k, v, a, h0, chunk, y, final, checkpoints, stats):  # pragma: no cover
+        """The same for ``dk = dv = 1`` (the paper's max-headed models): q, k, v, a, y: (N, L), h0: (N or 1,),
+        final: (N,), checkpoints: (N, ceil(L / chunk)) or empty, stats: (N, 3).
+
+        One step is a handful of flops, so a single head waits on the latency of the complex
+        multiply-add ``s <- a s + k v``. Four heads run side by side instead, each ``_SKEW`` steps behind
+        the previous one: with power-of-two ``L`` the heads' rows lie a multiple of 4 KiB apart, and
+        the CPU would otherwise mistake their loads for stores to the same address ("4K aliasing").
+        """
+        N, L = q.shape
+        save = checkpoints.shape[0] > 0
+        for grp in prange((N + _HEADS - 1) // _HEADS):
+            n0 = grp * _HEADS
+            m = min(N, n0 + _HEADS) - n0
+            s = final[n0:n0 + m]              # the running states live in the output's slots
+            for g in range(m):
+                s[g] = h0[0] if h0.shape[0] == 1 else h0[n0 + g]
+            for t in range(L + (_HEADS - 1) * _SKEW):
+                for g in range(_HEADS):           # a constant trip count: unrolled
+                    tt = t - g * _SKEW
+                    if tt >= 0 and tt < L and g < m:
+                        n = n0 + g
+                        if save and tt % chunk == 0:
+                            checkpoints[n, tt // chunk] = s[g]
+                        h = a[n, tt] * s[g] + k[n, tt] * v[n, tt]     # eq. 7
+                        s[g] = h
+                        y[n, tt] = q[n, tt] * h                         # eq. 8
+            for n in range(n0, n0 + m):
+                _row_stats(y[n], a[n], stats[n])
 
     @_jit
     def _gateloop_backward_kernel(q, k, v, a, checkpoints, chunk, gy, gS,
@@ -155,19 +214,25 @@ if HAVE_NUMBA:
         ``G_{L+1} = gS`` (the final state's gradient), and
             dq_n = gy_n S_n^H,  da_n = rowsum(G_n . conj(S_{n-1})),  dk_n = G_n conj(v_n)^T,
             dv_n = conj(k_n) G_n,  dh0 = diag(conj(a_1)) G_1.
-        The states ``S_{n-1}, S_n`` of a chunk are recomputed from its checkpoint (same operations as
-        the forward pass, so the same bits) into a buffer of ``chunk + 1`` states.
+        The states ``S_{n-1}, S_n`` of a chunk are recomputed from its checkpoint (the forward pass's
+        operations, so the same bits) into a buffer of ``chunk + 1`` states. The gradients are
+        accumulated in the output arrays, which have the dtype of the computation.
         """
         N, L, dk = q.shape
         dv = v.shape[2]
         nC = (L + chunk - 1) // chunk
         for n in prange(N):
-            G = gS[n].copy()
-            buf = np.empty((chunk + 1, dk, dv), dtype=gS.dtype)
+            G = dh0[n]                        # the running gradient lives in dh0's slot
+            for i in range(dk):
+                for j in range(dv):
+                    G[i, j] = gS[n, i, j]
+            buf = np.empty((chunk + 1, dk, dv), dtype=dh0.dtype)
             for c in range(nC - 1, -1, -1):
                 t0 = c * chunk
                 t1 = min(L, t0 + chunk)
-                buf[0] = checkpoints[n, c]
+                for i in range(dk):
+                    for j in range(dv):
+                        buf[0, i, j] = checkpoints[n, c, i, j]
                 for t in range(t0, t1):
                     for i in range(dk):
                         for j in range(dv):
@@ -180,23 +245,19 @@ if HAVE_NUMBA:
                     for i in range(dk):
                         cq = np.conj(q[n, t, i])
                         ck = np.conj(k[n, t, i])
-                        sq = q[n, t, i] * 0
-                        sa = sq
-                        sk = sq
+                        dq[n, t, i] = 0
+                        da[n, t, i] = 0
+                        dk_[n, t, i] = 0
                         for j in range(dv):
                             g = G[i, j] + cq * gy[n, t, j]              # G_t
                             G[i, j] = g
-                            sq += gy[n, t, j] * np.conj(S_t[i, j])
-                            sa += g * np.conj(S_prev[i, j])
-                            sk += g * np.conj(v[n, t, j])
+                            dq[n, t, i] += gy[n, t, j] * np.conj(S_t[i, j])
+                            da[n, t, i] += g * np.conj(S_prev[i, j])
+                            dk_[n, t, i] += g * np.conj(v[n, t, j])
                             dv_[n, t, j] += ck * g
-                        dq[n, t, i] = sq
-                        da[n, t, i] = sa
-                        dk_[n, t, i] = sk
                         ca = np.conj(a[n, t, i])
                         for j in range(dv):
-                            G[i, j] = ca * G[i, j]                      # on to G_{t-1}'s share
-            dh0[n] = G
+                            G[i, j] = ca * G[i, j]                      # G_t's share of G_{t-1}
 
 
 def _tasks(B: int, D: int, threads: int) -> tuple[int, int]:
@@ -229,55 +290,105 @@ def scan_forward(a: torch.Tensor, x: torch.Tensor, h0: torch.Tensor | None, reve
 _GATELOOP_CHUNK = 64
 
 
+def _real_of(dtype: torch.dtype) -> torch.dtype:
+    return {torch.complex64: torch.float32, torch.complex128: torch.float64}.get(dtype, dtype)
+
+
+def _as_kernel_input(t: torch.Tensor, work: torch.dtype) -> torch.Tensor:
+    """``t`` in the precision of the computation, keeping real tensors real (the kernels mix them freely)."""
+    return t.to(work if t.is_complex() else _real_of(work))
+
+
+def _check_stats(stats: torch.Tensor) -> None:
+    """Raise the errors of ``seqlab.ops.gateloop`` from the kernels' per-head checks (see ``_row_stats``).
+
+    The kernels gather these while each head's rows are still in cache, so the op makes no extra
+    pass over ``a`` or ``y`` for its checks.
+    """
+    if not stats.numel():
+        return
+    if stats[:, 2].any():
+        big = stats[:, 1]
+        biggest = math.nan if big.isnan().any() else math.sqrt(float(big.max()))
+        raise ValueError(f"a: state transitions need magnitudes |a| in [0, 1] (eq. 25 uses a sigmoid "
+                         f"magnitude), got max |a| = {biggest:.6g}")
+    if stats[:, 0].any():
+        raise FloatingPointError("gateloop(mode='compiled'): produced non-finite values (NaN or inf); "
+                                 "see the op's docstring for its valid range")
+
+
+def _run_forward(q, k, v, a, h0, save: bool):
+    """Run the forward kernel: ``(y, final, checkpoints)`` in the dtype of ``h0`` (the computation's)."""
+    N, L, dk = q.shape
+    dv = v.shape[-1]
+    scalar = dk == 1 and dv == 1
+    y = torch.empty(N, L, dv, dtype=h0.dtype)
+    final = torch.empty(N, dk, dv, dtype=h0.dtype)
+    n_ckpt = (L + _GATELOOP_CHUNK - 1) // _GATELOOP_CHUNK
+    ckpt = torch.empty((N if save else 0), n_ckpt, dk, dv, dtype=h0.dtype)
+    _use_threads()
+    if scalar:
+        stats = torch.empty(N, 3, dtype=torch.float64)
+        flat = lambda t: _np(t.reshape(t.shape[0], -1))  # noqa: E731  (N, L, 1) -> (N, L)
+        _gateloop_scalar_kernel(flat(q), flat(k), flat(v), flat(a), _np(h0.reshape(-1)), _GATELOOP_CHUNK,
+                                y.numpy().reshape(N, L), final.numpy().reshape(N), ckpt.numpy().reshape(-1, n_ckpt),
+                                stats.numpy())
+    else:
+        stats = torch.empty(N, 3, dtype=torch.float64)
+        _gateloop_forward_kernel(_np(q), _np(k), _np(v), _np(a), _np(h0), _GATELOOP_CHUNK,
+                                 y.numpy(), final.numpy(), ckpt.numpy(), stats.numpy())
+    _check_stats(stats)
+    return y, final, ckpt
+
+
 class _GateLoopCompiled(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, a, h0):
+    def forward(ctx, work, q, k, v, a, h0):
         N, L, dk = q.shape
         dv = v.shape[-1]
-        need_grad = any(ctx.needs_input_grad)
-        y = torch.empty(N, L, dv, dtype=q.dtype)
-        final = torch.empty(N, dk, dv, dtype=q.dtype)
-        n_ckpt = (L + _GATELOOP_CHUNK - 1) // _GATELOOP_CHUNK if need_grad else 0
-        ckpt = torch.empty((N if need_grad else 0), n_ckpt, dk, dv, dtype=q.dtype)
-        start = torch.zeros(1, dk, dv, dtype=q.dtype) if h0 is None else h0
-        _use_threads()
-        _gateloop_forward_kernel(_np(q), _np(k), _np(v), _np(a), _np(start), _GATELOOP_CHUNK,
-                                 y.numpy(), final.numpy(), ckpt.numpy())
-        if need_grad:
+        start = torch.zeros(1, dk, dv, dtype=work) if h0 is None else h0
+        save = any(ctx.needs_input_grad)
+        y, final, ckpt = _run_forward(q, k, v, a, start, save)
+        if save:
             ctx.save_for_backward(q, k, v, a, ckpt)
-            ctx.has_h0 = h0 is not None
+            ctx.has_h0, ctx.work = h0 is not None, work
         return y, final
 
     @staticmethod
     def backward(ctx, gy, gS):
         q, k, v, a, ckpt = ctx.saved_tensors
+        work = ctx.work
         N, L, dk = q.shape
         dv = v.shape[-1]
-        gy = torch.zeros(N, L, dv, dtype=q.dtype) if gy is None else gy
-        gS = torch.zeros(N, dk, dv, dtype=q.dtype) if gS is None else gS
-        dq, dk_, da = (torch.empty_like(q) for _ in range(3))
-        dv_ = torch.empty_like(v)
-        dh0 = torch.empty(N, dk, dv, dtype=q.dtype)
+        gy = torch.zeros(N, L, dv, dtype=work) if gy is None else gy.to(work)
+        gS = torch.zeros(N, dk, dv, dtype=work) if gS is None else gS.to(work)
+        dq, dk_, da = (torch.empty(N, L, dk, dtype=work) for _ in range(3))
+        dv_ = torch.empty(N, L, dv, dtype=work)
+        dh0 = torch.empty(N, dk, dv, dtype=work)
         _use_threads()
-        _gateloop_backward_kernel(_np(q), _np(k), _np(v), _np(a), _np(ckpt), _GATELOOP_CHUNK,
-                                  _np(gy.to(q.dtype)), _np(gS.to(q.dtype)),
+        _gateloop_backward_kernel(_np(q), _np(k), _np(v), _np(a), _np(ckpt), _GATELOOP_CHUNK, _np(gy), _np(gS),
                                   dq.numpy(), dk_.numpy(), dv_.numpy(), da.numpy(), dh0.numpy())
-        return dq, dk_, dv_, da, (dh0 if ctx.has_h0 else None)
+        like = lambda g, t: (g if t.is_complex() else g.real).to(t.dtype)  # noqa: E731  a real input's gradient is real
+        return (None, like(dq, q), like(dk_, k), like(dv_, v), like(da, a), dh0 if ctx.has_h0 else None)
 
 
-def gateloop_compiled(q, k, v, a, h0=None):
-    """GateLoop eq. 7-8 as one compiled loop, forward and backward: ``(y, S_L)``.
+def gateloop_compiled(q, k, v, a, h0=None, *, dtype: torch.dtype | None = None):
+    """GateLoop eq. 7-8 as one compiled loop, forward and backward: ``(y, S_L)`` in ``dtype``.
 
-    q, k, a: (B, H, L, dk), v: (B, H, L, dv), h0: (B, H, dk, dv) or None, all of one dtype
-    (``seqlab.ops.gateloop`` promotes them). The backward pass keeps one state per 64 steps.
+    q, k, a: (B, H, L, dk), v: (B, H, L, dv), h0: (B, H, dk, dv) or None. ``dtype`` is the dtype of the
+    computation (``seqlab.ops.gateloop`` passes the promotion of the inputs); real inputs stay real in
+    the kernel, which mixes them with complex ones, so nothing is copied to complex first. The
+    magnitude check of ``a`` and the finiteness check of ``y`` are made inside the kernel. The
+    backward pass keeps one state per 64 steps and recomputes the rest.
     """
     require_compiled("gateloop", q, k, v, a, h0)
+    work = dtype or torch.promote_types(torch.promote_types(q.dtype, k.dtype), torch.promote_types(v.dtype, a.dtype))
     B, H, L, dk = q.shape
     dv = v.shape[-1]
-    fold = lambda t: t.reshape(B * H, *t.shape[2:])  # noqa: E731
+    fold = lambda t: _as_kernel_input(t, work).reshape(B * H, *t.shape[2:])  # noqa: E731
     h0f = None if h0 is None else fold(h0.expand(B, H, dk, dv))
     if L == 0:
-        final = h0f if h0f is not None else q.new_zeros(B * H, dk, dv)
-        return q.new_zeros(B, H, 0, dv), final.reshape(B, H, dk, dv)
-    y, final = _GateLoopCompiled.apply(fold(q), fold(k), fold(v), fold(a), h0f)
+        final = h0f if h0f is not None else torch.zeros(B * H, dk, dv, dtype=work)
+        return torch.zeros(B, H, 0, dv, dtype=work), final.reshape(B, H, dk, dv)
+    y, final = _GateLoopCompiled.apply(work, fold(q), fold(k), fold(v), fold(a), h0f)
     return y.reshape(B, H, L, dv), final.reshape(B, H, dk, dv)

@@ -33,11 +33,14 @@ Modes, all computing the same function:
   a scan over chunks). If ``|a|`` is so small that even 4 steps would leave the range, the chunks use
   exact pairwise relative decays instead. Its gradient comes from the exact-decay form (see
   :func:`_chunked`). Working set ``L x chunk`` plus ``(L / chunk) x dk x dv``: no ``L x dk x dv`` stack.
+- ``"compiled"``: eq. 7-8 as one loop compiled for the CPU by Numba (``seqlab.kernels.compiled``),
+  forward and backward (the reverse recurrence, from states saved every 64 steps): every input read
+  once, every output written once, no ``L x dk x dv`` stack.
 - ``"triton"``: the chunked algorithm as a Triton kernel (forward and backward), see
   ``seqlab.kernels.gateloop``.
-- ``"auto"``: ``"triton"`` on a CUDA device; on CPU the associative form run by the scan engine's
-  fastest algorithm for tiny states (``dk * dv <= 4``, as in the paper's max-headed ``dk = dv = 1``
-  models), ``"chunked"`` for bigger ones (see ``benchmarks/gateloop.py``).
+- ``"auto"``: ``"triton"`` on a CUDA device, ``"compiled"`` on CPU (see ``benchmarks/gateloop.py``).
+  Without Numba: the associative form run by the scan engine for tiny states (``dk * dv <= 4``, as
+  in the paper's max-headed ``dk = dv = 1`` models), ``"chunked"`` for bigger ones.
 
 Also :func:`gateloop_attention_matrix` (the masked surrogate attention matrix ``(B, H, L, L)``,
 eq. 21 without ``V``) and :func:`gateloop_softmax` (eq. 22-23).
@@ -52,7 +55,7 @@ from seqlab.ops._checks import check_finite, check_mode, check_same_device, chec
 
 __all__ = ["gateloop", "gateloop_softmax", "gateloop_attention_matrix", "GATELOOP_MODES"]
 
-GATELOOP_MODES = ("auto", "recurrent", "associative", "chunked", "attention", "attention_naive", "triton")
+GATELOOP_MODES = ("auto", "recurrent", "associative", "chunked", "attention", "attention_naive", "compiled", "triton")
 
 # Largest number of elements of one (rows x cols x dk) decay block held at once (memory bound).
 _BLOCK_ELEMENTS = 1 << 22
@@ -74,7 +77,8 @@ def _work_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
     return dtype
 
 
-def _check_inputs(q, k, v, a, h0=None, *, need_v=True):
+def _check_inputs(q, k, v, a, h0=None, *, need_v=True, check_magnitude=True):
+    """Shapes, devices and (unless ``check_magnitude=False``) ``|a| <= 1``, with errors naming the argument."""
     check_tensor("q", q, ndim=4)
     B, H, L, dk = q.shape
     check_tensor("k", k, ndim=4)
@@ -88,6 +92,11 @@ def _check_inputs(q, k, v, a, h0=None, *, need_v=True):
         check_tensor("h0", h0, ndim=4)
         check_shape("h0", h0, (B, H, dk, v.shape[-1]), "(B, H, dk, dv), the state S_0")
     check_same_device(q=q, k=k, v=v, a=a, h0=h0)
+    if check_magnitude:
+        _check_magnitude(a)
+
+
+def _check_magnitude(a):
     with torch.no_grad():
         if a.numel():
             biggest = float(a.abs().max())
@@ -453,6 +462,11 @@ def _pick_auto(q, v) -> str:
 
         if kernels.HAVE_TRITON and not kernels.interpreted():
             return "triton"
+    if q.device.type == "cpu":
+        from seqlab.kernels.compiled import HAVE_NUMBA
+
+        if HAVE_NUMBA:
+            return "compiled"
     B, H, L, dk = q.shape
     dv = v.shape[-1]
     small = dk * dv <= _AUTO_SCAN_STATE and B * H * L * dk * dv <= _AUTO_SCAN_ELEMENTS
@@ -475,14 +489,21 @@ def gateloop(q, k, v, a, *, h0=None, mode: str = "auto", return_state: bool = Fa
     Raises ``FloatingPointError`` if the result is not finite (``"attention_naive"`` past underflow).
     """
     check_mode("gateloop", mode, GATELOOP_MODES)
-    _check_inputs(q, k, v, a, h0)
+    _check_inputs(q, k, v, a, h0, check_magnitude=False)
+    if mode == "auto":
+        mode = _pick_auto(q, v)
+    if mode != "compiled":  # the compiled kernel checks |a| on its way through the data
+        _check_magnitude(a)
     if not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
     dtype = _work_dtype(q, k, v, a, h0)
+    if mode == "compiled":  # real inputs stay real; |a| and the output are checked inside the kernel
+        from seqlab.kernels.compiled import gateloop_compiled
+
+        y, S = gateloop_compiled(q, k, v, a, h0, dtype=dtype)
+        return (y, S) if return_state else y
     q, k, v, a = (t.to(dtype) for t in (q, k, v, a))
     h0 = None if h0 is None else h0.to(dtype)
-    if mode == "auto":
-        mode = _pick_auto(q, v)
     if mode == "scan":   # auto's choice on CPU: eq. 12-13 run by the engine's fastest scan
         y, S = _associative(q, k, v, a, h0, scan_mode="auto")
     elif mode == "recurrent":
