@@ -11,7 +11,11 @@ that package is installed (``pip install gateloop-transformer``; not a seqlab de
 the same inputs; the public operator returns ``q Re(S_n)``, which is ``Re(y_n)`` for real ``q``.
 The "speed-up vs public" line is ``time(public) / time(auto)``.
 
-Shapes: ``max-headed`` is the paper's setting (Appendix C: d_h = 1, one head per channel, 64 channels);
+Shapes: ``max-headed`` is the paper's setting (Appendix C: d_h = 1, one head per channel, 64 channels),
+with every head's sequence contiguous; ``max-headed, layer layout`` the same sizes laid out the way the
+GateLoop layer's projections leave them, ``(B, L, H)`` in memory viewed as ``(B, H, L, 1)`` (seqlab's
+compiled kernel then updates all heads of a step with vector instructions; both operators get the
+very same tensors);
 ``multi-dim`` uses 8 heads with dk = dv = 16, ``wide-heads`` 4 heads with dk = dv = 64 (a usual
 attention head size; the associative scan then holds L x 64 x 64 states per head).
 """
@@ -22,20 +26,25 @@ import math
 import time
 
 import torch
+from _memory import steady_allocation
 
 from seqlab.ops import relative_error
 from seqlab.ops.gateloop import gateloop
 
-SETTINGS = {"max-headed": dict(B=1, H=64, dk=1, dv=1), "multi-dim": dict(B=1, H=8, dk=16, dv=16),
+SETTINGS = {"max-headed": dict(B=1, H=64, dk=1, dv=1),
+            "max-headed, layer layout": dict(B=1, H=64, dk=1, dv=1, heads_last=True),
+            "multi-dim": dict(B=1, H=8, dk=16, dv=16),
             "wide-heads": dict(B=1, H=4, dk=64, dv=64)}
 
 
-def make_inputs(B, H, L, dk, dv, seed=0):
+def make_inputs(B, H, L, dk, dv, seed=0, heads_last=False):
     g = torch.Generator().manual_seed(seed)
     q, k = torch.randn(B, H, L, dk, generator=g), torch.randn(B, H, L, dk, generator=g)
     v = torch.randn(B, H, L, dv, generator=g)
     mag = torch.sigmoid(torch.randn(B, H, L, dk, generator=g) + 2.0)
     a = torch.polar(mag, torch.randn(B, H, L, dk, generator=g))
+    if heads_last:  # the same values, stored (B, L, H, d) and viewed as (B, H, L, d)
+        q, k, v, a = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v, a))
     return q, k, v, a
 
 
@@ -67,16 +76,22 @@ def main(argv=None):
     parser.add_argument("--lengths", type=int, nargs="+", default=[4096])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on a shared machine)")
+    parser.add_argument("--alloc", choices=("steady", "fresh"), default="steady",
+                        help="steady: freed outputs are reused (no mmap); fresh: glibc's default (see benchmarks/scan.py)")
     parser.add_argument("--sequential-max", type=int, default=4096, help="skip the recurrent mode above this length")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    alloc = args.alloc
+    if alloc == "steady" and not steady_allocation():
+        alloc = "fresh (mallopt unavailable)"
     public = public_operator()
-    print(f"torch {torch.__version__}, {args.threads} thread(s); public operator: "
+    print(f"torch {torch.__version__}, {args.threads} thread(s), allocation {alloc}; public operator: "
           f"{'gateloop-transformer installed' if public else 'not installed (pip install gateloop-transformer)'}")
     for name, shape in SETTINGS.items():
         for L in args.lengths:
             q, k, v, a = make_inputs(L=L, **shape)
-            print(f"\n{name}: B={shape['B']} H={shape['H']} L={L} dk={shape['dk']} dv={shape['dv']}")
+            print(f"\n{name}: B={shape['B']} H={shape['H']} L={L} dk={shape['dk']} dv={shape['dv']}"
+                  + (", stored (B, L, H)" if shape.get("heads_last") else ""))
             floor = timed(lambda: torch.add(q * k + a.real, v.sum(-1, keepdim=True)), args.repeats)
             modes = ["auto", "chunked", "associative"] + (["recurrent"] if L <= args.sequential_max else [])
             if shape["dk"] * shape["dv"] * L * shape["H"] >= (1 << 26):

@@ -40,11 +40,11 @@ it is about 1.35, and every method inherits that bend.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import math
 import time
 
 import torch
+from _memory import steady_allocation
 
 from seqlab.ops import linear_scan, relative_error
 
@@ -54,16 +54,6 @@ MODES = ("sequential", "blocked", "associative", "doubling", "compiled", "auto")
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 CLOCK = time.perf_counter
 SWEEP = None  # a 256 MiB buffer read before every timed call (--cache cold)
-
-
-def steady_allocation() -> bool:
-    """glibc stops serving big blocks from fresh mmaps and stops returning freed memory: freed blocks are reused."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        # M_MMAP_MAX = -4: no mmap; M_TRIM_THRESHOLD = -1: never shrink the heap (2 GiB - 1 of free top)
-        return bool(libc.mallopt(-4, 0)) and bool(libc.mallopt(-1, 2 ** 31 - 1))
-    except OSError:  # not glibc
-        return False
 
 
 def best_time(fn, repeats: int) -> float:

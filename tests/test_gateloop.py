@@ -326,3 +326,36 @@ def test_compiled_half_precision_inputs():
     ref, _ = reference(q.bfloat16(), k.bfloat16(), v.bfloat16(), a.bfloat16())
     assert out.dtype == torch.float32
     check(out, ref, 1e-5, "compiled bf16 inputs, float32 computation")
+
+
+def test_compiled_heads_last_layout_is_kept_and_exact():
+    """dk = dv = 1 inputs viewed from (B, L, H) memory (the layer's projections): the vectorised kernel,
+    a heads-last y, and gradients equal to the float64 recurrence's (gradcheck, h0 and final state)."""
+    from seqlab.kernels.compiled import _is_heads_last
+
+    B, L, H = 3, 150, 5
+    lay = lambda t: t.transpose(1, 2).unsqueeze(-1)  # noqa: E731  (B, L, H) -> (B, H, L, 1) view
+    q, k, v = (torch.randn(B, L, H, dtype=torch.float64) for _ in range(3))
+    a = torch.polar(torch.rand(B, L, H, dtype=torch.float64), torch.randn(B, L, H, dtype=torch.float64))
+    h0 = torch.randn(B, H, 1, 1, dtype=torch.complex128)
+    ins = [lay(t) for t in (q, k, v, a)]
+    assert all(_is_heads_last(t) for t in ins) and not _is_heads_last(ins[0].contiguous())
+    y, S = gateloop(*ins, h0=h0, mode="compiled", return_state=True)
+    ref_y, ref_S = gateloop(*[t.contiguous() for t in ins], h0=h0, mode="recurrent", return_state=True)
+    assert y.transpose(1, 2).is_contiguous()          # handed back in the layer's layout
+    check(y, ref_y, 1e-12, "heads-last y")
+    check(S, ref_S, 1e-12, "heads-last final state")
+    y32 = gateloop(*[t.float() if not t.is_complex() else t.to(torch.complex64) for t in ins], mode="compiled")
+    check(y32, gateloop(*ins, mode="recurrent"), 1e-5, "heads-last float32")
+
+    def f(q, k, v, a, h0):
+        return gateloop(lay(q), lay(k), lay(v), lay(a), h0=h0, mode="compiled", return_state=True)
+
+    leaves = [t.clone().requires_grad_() for t in (q, k, v, a, h0)]
+    assert torch.autograd.gradcheck(f, leaves)
+    with pytest.raises(ValueError, match="a: state transitions need magnitudes"):
+        gateloop(*ins[:3], lay(a * 1.01), mode="compiled")
+    q_bad = q.clone()
+    q_bad[1, 20, 3] = float("nan")
+    with pytest.raises(FloatingPointError, match="non-finite"):
+        gateloop(lay(q_bad), *ins[1:], mode="compiled")

@@ -78,11 +78,11 @@ if HAVE_NUMBA:
 
     @numba.njit(cache=True, nogil=True)
     def _row_stats(y, a, out):  # pragma: no cover - compiled
-        """The checks of one head, after its loop: ``out = [y not finite, max |a|^2, |a| > 1 or not finite]``.
+        """The checks of one head, after its loop over time: ``out = [y not finite, |a| > 1 or a not finite]``.
 
         ``y - y`` is 0 for a finite ``y`` and NaN otherwise, and ``NaN <= x`` is false: both checks are
-        or-reductions of comparisons, which vectorise without reordering any float arithmetic. They
-        run apart from the loop over time, where a running check would add work to every step.
+        or-reductions of comparisons, which vectorise without reordering any float arithmetic. Kept
+        apart from a loop over time that runs one head at a time, where they would add to every step.
         """
         bad_y = False
         for t in range(y.shape[0]):
@@ -91,15 +91,8 @@ if HAVE_NUMBA:
         bad_a = False
         for t in range(a.shape[0]):
             bad_a |= not (a[t].real * a[t].real + a[t].imag * a[t].imag <= _MAX_ABS2)
-        big = 0.0
-        if bad_a:  # the rare path: the largest |a|^2 for the message (NaN if an a is NaN)
-            for t in range(a.shape[0]):
-                m = a[t].real * a[t].real + a[t].imag * a[t].imag
-                if not m <= big:
-                    big = m
         out[0] = 1.0 if bad_y else 0.0
-        out[1] = big
-        out[2] = 1.0 if bad_a else 0.0
+        out[1] = 1.0 if bad_a else 0.0
 
     @_jit
     def _scan_kernel(a, x, h0, reverse, rows_per_task, blocks, out):  # pragma: no cover - compiled
@@ -143,7 +136,7 @@ if HAVE_NUMBA:
 
         q, k, a: (N, L, dk); v, y: (N, L, dv); h0: (N or 1, dk, dv); final: (N, dk, dv);
         checkpoints: (N, ceil(L / chunk), dk, dv) gets the state entering every chunk (for the backward
-        pass), or is empty when no backward pass will run; stats: (N, 3), see :func:`_row_stats`.
+        pass), or is empty when no backward pass will run; stats: (N, 2), see :func:`_row_stats`.
             S_n = diag(a_n) S_{n-1} + k_n^T v_n,    y_n = q_n S_n
         """
         N, L, dk = q.shape
@@ -177,7 +170,7 @@ if HAVE_NUMBA:
     @_jit
     def _gateloop_scalar_kernel(q, k, v, a, h0, chunk, y, final, checkpoints, stats):  # pragma: no cover
         """The same for ``dk = dv = 1`` (the paper's max-headed models): q, k, v, a, y: (N, L), h0: (N or 1,),
-        final: (N,), checkpoints: (N, ceil(L / chunk)) or empty, stats: (N, 3).
+        final: (N,), checkpoints: (N, ceil(L / chunk)) or empty, stats: (N, 2).
 
         One step is a handful of flops, so a single head waits on the latency of the complex
         multiply-add ``s <- a s + k v``. Four heads run side by side instead, each ``_SKEW`` steps behind
@@ -204,6 +197,73 @@ if HAVE_NUMBA:
                         y[n, tt] = q[n, tt] * h                         # eq. 8
             for n in range(n0, n0 + m):
                 _row_stats(y[n], a[n], stats[n])
+
+    @_jit
+    def _gateloop_heads_last_kernel(q, k, v, a, h0, chunk, y, final, checkpoints, stats):  # pragma: no cover
+        """``dk = dv = 1`` with the heads side by side in memory, as the GateLoop layer's projections leave them.
+
+        q, k, v, a, y: (B, L, H); h0: (B or 1, H); final: (B, H); checkpoints: (B, ceil(L / chunk), H)
+        or empty; stats: (B, 2). Every step updates all H heads with one contiguous (vectorised) loop.
+        """
+        B, L, H = q.shape
+        save = checkpoints.shape[0] > 0
+        for b in prange(B):
+            s = final[b]                      # the running states live in the output's slots
+            start = h0[0] if h0.shape[0] == 1 else h0[b]
+            for n in range(H):
+                s[n] = start[n]
+            bad_y = False                     # the checks of _row_stats, here vectorised with the step
+            bad_a = False
+            for t in range(L):
+                if save and t % chunk == 0:
+                    saved = checkpoints[b, t // chunk]
+                    for n in range(H):
+                        saved[n] = s[n]
+                a_t = a[b, t]
+                k_t = k[b, t]
+                v_t = v[b, t]
+                q_t = q[b, t]
+                y_t = y[b, t]
+                for n in range(H):
+                    at = a_t[n]
+                    bad_a |= not (at.real * at.real + at.imag * at.imag <= _MAX_ABS2)
+                    h = at * s[n] + k_t[n] * v_t[n]           # eq. 7, every head at once
+                    s[n] = h
+                    yt = q_t[n] * h                             # eq. 8
+                    y_t[n] = yt
+                    d = yt - yt
+                    bad_y |= (d.real != 0.0) | (d.imag != 0.0)
+            stats[b, 0] = 1.0 if bad_y else 0.0
+            stats[b, 1] = 1.0 if bad_a else 0.0
+
+    @_jit
+    def _gateloop_heads_last_backward(q, k, v, a, checkpoints, chunk, gy, gS,
+                                      dq, dk_, dv_, da, dh0):  # pragma: no cover - compiled
+        """The backward pass of :func:`_gateloop_heads_last_kernel`: the reverse recurrence of
+        :func:`_gateloop_backward_kernel` with ``dk = dv = 1``, all heads of a step at once."""
+        B, L, H = q.shape
+        nC = (L + chunk - 1) // chunk
+        for b in prange(B):
+            G = dh0[b]                        # the running gradient lives in dh0's slot
+            for n in range(H):
+                G[n] = gS[b, n]
+            buf = np.empty((chunk + 1, H), dtype=dh0.dtype)
+            for c in range(nC - 1, -1, -1):
+                t0 = c * chunk
+                t1 = min(L, t0 + chunk)
+                for n in range(H):
+                    buf[0, n] = checkpoints[b, c, n]
+                for t in range(t0, t1):
+                    for n in range(H):
+                        buf[t - t0 + 1, n] = a[b, t, n] * buf[t - t0, n] + k[b, t, n] * v[b, t, n]
+                for t in range(t1 - 1, t0 - 1, -1):
+                    for n in range(H):
+                        g = G[n] + np.conj(q[b, t, n]) * gy[b, t, n]       # G_t
+                        dq[b, t, n] = gy[b, t, n] * np.conj(buf[t - t0 + 1, n])
+                        da[b, t, n] = g * np.conj(buf[t - t0, n])
+                        dk_[b, t, n] = g * np.conj(v[b, t, n])
+                        dv_[b, t, n] = g * np.conj(k[b, t, n])
+                        G[n] = np.conj(a[b, t, n]) * g
 
     @_jit
     def _gateloop_backward_kernel(q, k, v, a, checkpoints, chunk, gy, gS,
@@ -299,17 +359,14 @@ def _as_kernel_input(t: torch.Tensor, work: torch.dtype) -> torch.Tensor:
     return t.to(work if t.is_complex() else _real_of(work))
 
 
-def _check_stats(stats: torch.Tensor) -> None:
-    """Raise the errors of ``seqlab.ops.gateloop`` from the kernels' per-head checks (see ``_row_stats``).
+def _check_stats(stats: torch.Tensor, a: torch.Tensor) -> None:
+    """Raise the errors of ``seqlab.ops.gateloop`` from the kernels' per-head flags ``[y not finite, a bad]``.
 
-    The kernels gather these while each head's rows are still in cache, so the op makes no extra
-    pass over ``a`` or ``y`` for its checks.
+    The kernels raise the flags on their way through the data, so the op makes no extra pass over
+    ``a`` or ``y`` for its checks (``a`` is only read again here, to word the error).
     """
-    if not stats.numel():
-        return
-    if stats[:, 2].any():
-        big = stats[:, 1]
-        biggest = math.nan if big.isnan().any() else math.sqrt(float(big.max()))
+    if stats[:, 1].any():
+        biggest = float(a.detach().abs().max())
         raise ValueError(f"a: state transitions need magnitudes |a| in [0, 1] (eq. 25 uses a sigmoid "
                          f"magnitude), got max |a| = {biggest:.6g}")
     if stats[:, 0].any():
@@ -317,59 +374,75 @@ def _check_stats(stats: torch.Tensor) -> None:
                                  "see the op's docstring for its valid range")
 
 
-def _run_forward(q, k, v, a, h0, save: bool):
-    """Run the forward kernel: ``(y, final, checkpoints)`` in the dtype of ``h0`` (the computation's)."""
+def _run_forward(q, k, v, a, h0, save: bool, heads_last: bool):
+    """Run a forward kernel: ``(y, final, checkpoints)`` in the dtype of ``h0`` (the computation's).
+
+    Layouts: ``(N, L, dk)`` / ``(N, L, dv)`` heads first (N = B * H), or with ``heads_last`` the
+    ``dk = dv = 1`` case as ``(B, L, H)``.
+    """
+    n_ckpt = (q.shape[1] + _GATELOOP_CHUNK - 1) // _GATELOOP_CHUNK
+    work = h0.dtype
+    _use_threads()
+    if heads_last:
+        B, L, H = q.shape
+        y, final = torch.empty(B, L, H, dtype=work), torch.empty(B, H, dtype=work)
+        ckpt = torch.empty((B if save else 0), n_ckpt, H, dtype=work)
+        stats = torch.empty(B, 2, dtype=torch.float64)
+        _gateloop_heads_last_kernel(_np(q), _np(k), _np(v), _np(a), _np(h0), _GATELOOP_CHUNK,
+                                    y.numpy(), final.numpy(), ckpt.numpy(), stats.numpy())
+        _check_stats(stats, a)
+        return y, final, ckpt
     N, L, dk = q.shape
     dv = v.shape[-1]
-    scalar = dk == 1 and dv == 1
-    y = torch.empty(N, L, dv, dtype=h0.dtype)
-    final = torch.empty(N, dk, dv, dtype=h0.dtype)
-    n_ckpt = (L + _GATELOOP_CHUNK - 1) // _GATELOOP_CHUNK
-    ckpt = torch.empty((N if save else 0), n_ckpt, dk, dv, dtype=h0.dtype)
-    _use_threads()
-    if scalar:
-        stats = torch.empty(N, 3, dtype=torch.float64)
+    y, final = torch.empty(N, L, dv, dtype=work), torch.empty(N, dk, dv, dtype=work)
+    ckpt = torch.empty((N if save else 0), n_ckpt, dk, dv, dtype=work)
+    stats = torch.empty(N, 2, dtype=torch.float64)
+    if dk == 1 and dv == 1:
         flat = lambda t: _np(t.reshape(t.shape[0], -1))  # noqa: E731  (N, L, 1) -> (N, L)
         _gateloop_scalar_kernel(flat(q), flat(k), flat(v), flat(a), _np(h0.reshape(-1)), _GATELOOP_CHUNK,
                                 y.numpy().reshape(N, L), final.numpy().reshape(N), ckpt.numpy().reshape(-1, n_ckpt),
                                 stats.numpy())
     else:
-        stats = torch.empty(N, 3, dtype=torch.float64)
         _gateloop_forward_kernel(_np(q), _np(k), _np(v), _np(a), _np(h0), _GATELOOP_CHUNK,
                                  y.numpy(), final.numpy(), ckpt.numpy(), stats.numpy())
-    _check_stats(stats)
+    _check_stats(stats, a)
     return y, final, ckpt
 
 
 class _GateLoopCompiled(torch.autograd.Function):
+    """The compiled forward and backward kernels; ``h0`` is the start state (zeros when the caller gave none)."""
+
     @staticmethod
-    def forward(ctx, work, q, k, v, a, h0):
-        N, L, dk = q.shape
-        dv = v.shape[-1]
-        start = torch.zeros(1, dk, dv, dtype=work) if h0 is None else h0
+    def forward(ctx, work, heads_last, has_h0, q, k, v, a, h0):
         save = any(ctx.needs_input_grad)
-        y, final, ckpt = _run_forward(q, k, v, a, start, save)
+        y, final, ckpt = _run_forward(q, k, v, a, h0, save, heads_last)
         if save:
             ctx.save_for_backward(q, k, v, a, ckpt)
-            ctx.has_h0, ctx.work = h0 is not None, work
+            ctx.has_h0, ctx.work, ctx.heads_last, ctx.state_shape = has_h0, work, heads_last, final.shape
         return y, final
 
     @staticmethod
     def backward(ctx, gy, gS):
         q, k, v, a, ckpt = ctx.saved_tensors
         work = ctx.work
-        N, L, dk = q.shape
-        dv = v.shape[-1]
-        gy = torch.zeros(N, L, dv, dtype=work) if gy is None else gy.to(work)
-        gS = torch.zeros(N, dk, dv, dtype=work) if gS is None else gS.to(work)
-        dq, dk_, da = (torch.empty(N, L, dk, dtype=work) for _ in range(3))
-        dv_ = torch.empty(N, L, dv, dtype=work)
-        dh0 = torch.empty(N, dk, dv, dtype=work)
+        y_shape = q.shape if ctx.heads_last else q.shape[:2] + v.shape[2:]
+        gy = torch.zeros(y_shape, dtype=work) if gy is None else gy.to(work)
+        gS = torch.zeros(ctx.state_shape, dtype=work) if gS is None else gS.to(work)
+        dq, dk_, da = (torch.empty(q.shape, dtype=work) for _ in range(3))
+        dv_ = torch.empty(v.shape, dtype=work)
+        dh0 = torch.empty(ctx.state_shape, dtype=work)
+        kernel = _gateloop_heads_last_backward if ctx.heads_last else _gateloop_backward_kernel
         _use_threads()
-        _gateloop_backward_kernel(_np(q), _np(k), _np(v), _np(a), _np(ckpt), _GATELOOP_CHUNK, _np(gy), _np(gS),
-                                  dq.numpy(), dk_.numpy(), dv_.numpy(), da.numpy(), dh0.numpy())
+        kernel(_np(q), _np(k), _np(v), _np(a), _np(ckpt), _GATELOOP_CHUNK, _np(gy), _np(gS),
+               dq.numpy(), dk_.numpy(), dv_.numpy(), da.numpy(), dh0.numpy())
         like = lambda g, t: (g if t.is_complex() else g.real).to(t.dtype)  # noqa: E731  a real input's gradient is real
-        return (None, like(dq, q), like(dk_, k), like(dv_, v), like(da, a), dh0 if ctx.has_h0 else None)
+        return (None, None, None, like(dq, q), like(dk_, k), like(dv_, v), like(da, a),
+                dh0 if ctx.has_h0 else None)
+
+
+def _is_heads_last(t: torch.Tensor) -> bool:
+    """A ``(B, H, L, 1)`` view of a contiguous ``(B, L, H)`` tensor (what the GateLoop layer passes)."""
+    return t.shape[-1] == 1 and t.transpose(1, 2).is_contiguous()
 
 
 def gateloop_compiled(q, k, v, a, h0=None, *, dtype: torch.dtype | None = None):
@@ -380,15 +453,25 @@ def gateloop_compiled(q, k, v, a, h0=None, *, dtype: torch.dtype | None = None):
     the kernel, which mixes them with complex ones, so nothing is copied to complex first. The
     magnitude check of ``a`` and the finiteness check of ``y`` are made inside the kernel. The
     backward pass keeps one state per 64 steps and recomputes the rest.
+
+    With ``dk = dv = 1`` and inputs laid out ``(B, L, H)`` in memory (the GateLoop layer's projections,
+    viewed as ``(B, H, L, 1)``), the heads are updated side by side with vector instructions and ``y``
+    comes back as the same kind of view; otherwise every head is a row of its own.
     """
     require_compiled("gateloop", q, k, v, a, h0)
     work = dtype or torch.promote_types(torch.promote_types(q.dtype, k.dtype), torch.promote_types(v.dtype, a.dtype))
     B, H, L, dk = q.shape
     dv = v.shape[-1]
-    fold = lambda t: _as_kernel_input(t, work).reshape(B * H, *t.shape[2:])  # noqa: E731
-    h0f = None if h0 is None else fold(h0.expand(B, H, dk, dv))
     if L == 0:
-        final = h0f if h0f is not None else torch.zeros(B * H, dk, dv, dtype=work)
-        return torch.zeros(B, H, 0, dv, dtype=work), final.reshape(B, H, dk, dv)
-    y, final = _GateLoopCompiled.apply(work, fold(q), fold(k), fold(v), fold(a), h0f)
+        final = torch.zeros(B, H, dk, dv, dtype=work) if h0 is None else h0.to(work).expand(B, H, dk, dv)
+        return torch.zeros(B, H, 0, dv, dtype=work), final
+    ins = [_as_kernel_input(t, work) for t in (q, k, v, a)]
+    if dk == 1 and dv == 1 and all(_is_heads_last(t) for t in ins):
+        lay = lambda t: t.transpose(1, 2).reshape(B, L, H)  # noqa: E731  a view: (B, L, H)
+        start = torch.zeros(1, H, dtype=work) if h0 is None else h0.to(work).expand(B, H, 1, 1).reshape(B, H)
+        y, final = _GateLoopCompiled.apply(work, True, h0 is not None, *map(lay, ins), start)
+        return y.transpose(1, 2).unsqueeze(-1), final.reshape(B, H, 1, 1)
+    fold = lambda t: t.reshape(B * H, *t.shape[2:])  # noqa: E731
+    start = torch.zeros(1, dk, dv, dtype=work) if h0 is None else fold(h0.to(work).expand(B, H, dk, dv))
+    y, final = _GateLoopCompiled.apply(work, False, h0 is not None, *map(fold, ins), start)
     return y.reshape(B, H, L, dv), final.reshape(B, H, dk, dv)
