@@ -234,3 +234,13 @@ def test_bad_input_errors_name_the_argument(bad, match):
     args.update(bad)
     with pytest.raises((ValueError, TypeError), match=match):
         linear_scan(args["a"], args["x"], args["h0"], mode=args["mode"])
+
+
+def test_compiled_rounds_like_the_loop_on_real_inputs():
+    """No reassociation and no fused multiply-add: the compiled loop's float32 bits are the torch loop's."""
+    g = torch.Generator().manual_seed(3)
+    x, a = torch.randn(3, 500, 7, generator=g), torch.rand(3, 500, 7, generator=g)
+    h0 = torch.randn(3, 7, generator=g)
+    for reverse in (False, True):
+        assert torch.equal(linear_scan(a, x, h0, reverse=reverse, mode="compiled"),
+                           linear_scan(a, x, h0, reverse=reverse, mode="sequential"))

@@ -7,7 +7,9 @@ A compiled loop does neither: it reads every input once and writes every output 
 about what one fused elementwise pass over the same bytes costs (``benchmarks/scan.py``).
 
 The loops are the recurrences exactly as the papers write them (no reassociation, no fused
-multiply-add: ``fastmath`` is off), so in float32 they round like the step-by-step torch loop.
+multiply-add: ``fastmath`` is off), so in float32 they round like a step-by-step loop (on real inputs
+the scan equals ``linear_scan(mode="sequential")`` to the bit; GateLoop's heads-last and per-head
+kernels agree to the bit; both are tested).
 They run in parallel over independent sequences (batch rows, blocks of channels, heads), on as
 many threads as ``torch.get_num_threads()`` allows; each sequence is computed by one thread, so the
 result does not depend on the thread count.
