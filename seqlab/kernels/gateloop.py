@@ -77,6 +77,28 @@ if triton is not None:
         return dec_re, dec_im, end_mag * tl.cos(end_ph), end_mag * tl.sin(end_ph), e_re, e_im, t_re, t_im
 
     @triton.jit
+    def _load_chunk(q_re, q_im, k_re, k_im, v_re, v_im, la, ph, start, L, DK, DV, base_k, base_v,
+                    offs_c, offs_k, offs_v):
+        """One chunk's tiles from ``start``: masks, offsets, q, k (C, BK), v (C, BV), log|a| and arg a (C, BK).
+
+        Rows past ``L`` read as q = k = v = 0 and log|a| = arg a = 0 (a = 1): they leave every state unchanged.
+        """
+        rows = start + offs_c                                           # (C,)
+        mk = (rows[:, None] < L) & (offs_k[None, :] < DK)               # (C, BK)
+        mv = (rows[:, None] < L) & (offs_v[None, :] < DV)               # (C, BV)
+        pk = base_k + rows[:, None] * DK + offs_k[None, :]
+        pv = base_v + rows[:, None] * DV + offs_v[None, :]
+        qr = tl.load(q_re + pk, mask=mk, other=0.0)
+        qi = tl.load(q_im + pk, mask=mk, other=0.0)
+        kr = tl.load(k_re + pk, mask=mk, other=0.0)
+        ki = tl.load(k_im + pk, mask=mk, other=0.0)
+        vr = tl.load(v_re + pv, mask=mv, other=0.0)
+        vi = tl.load(v_im + pv, mask=mv, other=0.0)
+        lam = tl.load(la + pk, mask=mk, other=0.0)                      # log|a|
+        phs = tl.load(ph + pk, mask=mk, other=0.0)                      # arg a
+        return mk, mv, pk, pv, qr, qi, kr, ki, vr, vi, lam, phs
+
+    @triton.jit
     def _mm(a_re, a_im, b_re, b_im):
         """Complex matrix product of (M, K) and (K, N) blocks, full fp32 precision (no TF32)."""
         re = tl.dot(a_re, b_re, input_precision="ieee") - tl.dot(a_im, b_im, input_precision="ieee")
@@ -104,19 +126,8 @@ if triton is not None:
         S_re = tl.load(h0_re + p_s, mask=m_s, other=0.0)                # state S (dk, dv), complex: S_0
         S_im = tl.load(h0_im + p_s, mask=m_s, other=0.0)
         for start in range(0, L, C):
-            rows = start + offs_c                                       # (C,)
-            mk = (rows[:, None] < L) & (offs_k[None, :] < DK)           # (C, BK)
-            mv = (rows[:, None] < L) & (offs_v[None, :] < DV)           # (C, BV)
-            pk = base_k + rows[:, None] * DK + offs_k[None, :]
-            pv = base_v + rows[:, None] * DV + offs_v[None, :]
-            qr = tl.load(q_re + pk, mask=mk, other=0.0)                 # (C, BK)
-            qi = tl.load(q_im + pk, mask=mk, other=0.0)
-            kr = tl.load(k_re + pk, mask=mk, other=0.0)
-            ki = tl.load(k_im + pk, mask=mk, other=0.0)
-            vr = tl.load(v_re + pv, mask=mv, other=0.0)                 # (C, BV)
-            vi = tl.load(v_im + pv, mask=mv, other=0.0)
-            lam = tl.load(la + pk, mask=mk, other=0.0)                  # log|a|; padding: a = 1
-            phs = tl.load(ph + pk, mask=mk, other=0.0)                  # arg a
+            mk, mv, pk, pv, qr, qi, kr, ki, vr, vi, lam, phs = _load_chunk(
+                q_re, q_im, k_re, k_im, v_re, v_im, la, ph, start, L, DK, DV, base_k, base_v, offs_c, offs_k, offs_v)
             dec_re, dec_im, end_re, end_im, e_re, e_im, t_re, t_im = _chunk_decays(lam, phs, C)
             # A[n, m] = sum_d q_nd k_md D_nmd                            (C, C) complex
             qk_re = qr[:, None, :] * kr[None, :, :] - qi[:, None, :] * ki[None, :, :]
@@ -155,21 +166,10 @@ if triton is not None:
         S_re = tl.load(h0_re + p_s, mask=m_s, other=0.0)
         S_im = tl.load(h0_im + p_s, mask=m_s, other=0.0)
         for start in range(0, L, C):
-            rows = start + offs_c
-            mk = (rows[:, None] < L) & (offs_k[None, :] < DK)
-            mv = (rows[:, None] < L) & (offs_v[None, :] < DV)
-            pk = base_k + rows[:, None] * DK + offs_k[None, :]
-            pv = base_v + rows[:, None] * DV + offs_v[None, :]
-            qr = tl.load(q_re + pk, mask=mk, other=0.0)
-            qi = tl.load(q_im + pk, mask=mk, other=0.0)
-            kr = tl.load(k_re + pk, mask=mk, other=0.0)
-            ki = tl.load(k_im + pk, mask=mk, other=0.0)
-            vr = tl.load(v_re + pv, mask=mv, other=0.0)
-            vi = tl.load(v_im + pv, mask=mv, other=0.0)
+            mk, mv, pk, pv, qr, qi, kr, ki, vr, vi, lam, phs = _load_chunk(
+                q_re, q_im, k_re, k_im, v_re, v_im, la, ph, start, L, DK, DV, base_k, base_v, offs_c, offs_k, offs_v)
             gr = tl.load(g_re + pv, mask=mv, other=0.0)                 # G = dL/dy    (C, BV)
             gi = tl.load(g_im + pv, mask=mv, other=0.0)
-            lam = tl.load(la + pk, mask=mk, other=0.0)
-            phs = tl.load(ph + pk, mask=mk, other=0.0)
             dec_re, dec_im, end_re, end_im, e_re, e_im, t_re, t_im = _chunk_decays(lam, phs, C)
             # P = G v^H                                                  (C, C)
             P_re, P_im = _mm(gr, gi, tl.trans(vr), -tl.trans(vi))
@@ -195,21 +195,10 @@ if triton is not None:
         dS_im = tl.load(gS_im + p_s, mask=m_s, other=0.0)
         for idx in range(0, n_chunks):
             start = (n_chunks - 1 - idx) * C
-            rows = start + offs_c
-            mk = (rows[:, None] < L) & (offs_k[None, :] < DK)
-            mv = (rows[:, None] < L) & (offs_v[None, :] < DV)
-            pk = base_k + rows[:, None] * DK + offs_k[None, :]
-            pv = base_v + rows[:, None] * DV + offs_v[None, :]
-            qr = tl.load(q_re + pk, mask=mk, other=0.0)
-            qi = tl.load(q_im + pk, mask=mk, other=0.0)
-            kr = tl.load(k_re + pk, mask=mk, other=0.0)
-            ki = tl.load(k_im + pk, mask=mk, other=0.0)
-            vr = tl.load(v_re + pv, mask=mv, other=0.0)
-            vi = tl.load(v_im + pv, mask=mv, other=0.0)
+            mk, mv, pk, pv, qr, qi, kr, ki, vr, vi, lam, phs = _load_chunk(
+                q_re, q_im, k_re, k_im, v_re, v_im, la, ph, start, L, DK, DV, base_k, base_v, offs_c, offs_k, offs_v)
             gr = tl.load(g_re + pv, mask=mv, other=0.0)
             gi = tl.load(g_im + pv, mask=mv, other=0.0)
-            lam = tl.load(la + pk, mask=mk, other=0.0)
-            phs = tl.load(ph + pk, mask=mk, other=0.0)
             dec_re, dec_im, end_re, end_im, e_re, e_im, t_re, t_im = _chunk_decays(lam, phs, C)
             P_re, P_im = _mm(gr, gi, tl.trans(vr), -tl.trans(vi))       # (C, C)
             # dk_m = sum_n conj(q_n D_nm) P_nm + conj(exp(D[last, m])) . (dS v_m^H)

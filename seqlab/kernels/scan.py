@@ -174,22 +174,28 @@ def _block_d(D: int) -> int:
     return min(128, triton.next_power_of_2(D))
 
 
+def _h0_planes(h0, like_re, like_im):
+    """``h0``'s planes and plane strides; without ``h0`` any valid pointer (unread: ``HAS_H0=False``)."""
+    return _planes(h0) if h0 is not None else (like_re, like_im, (0, 0))
+
+
+def _shape_args(a, sa, sx, h0, sh0):
+    """The stride arguments the scan kernels share: a's (0 where broadcast), x's or h's, h0's."""
+    return (sa[0] if a.shape[0] > 1 else 0, sa[1] if a.shape[1] > 1 else 0, sa[2],
+            sx[0], sx[1], sx[2], sh0[0] if h0 is not None and h0.shape[0] > 1 else 0, sh0[1])
+
+
 def _launch_fwd(a, x, h0, reverse):
     B, L, D = x.shape
     a_re, a_im, sa = _planes(a)
     x_re, x_im, sx = _planes(x)
     h_re = torch.empty_like(x_re)
     h_im = torch.empty_like(x_im) if x.is_complex() else h_re
-    if h0 is not None:
-        h0_re, h0_im, sh0 = _planes(h0)
-    else:
-        h0_re, h0_im, sh0 = x_re, x_im, (0, 0)
+    h0_re, h0_im, sh0 = _h0_planes(h0, x_re, x_im)
     BLOCK_D = _block_d(D)
     grid = (B, triton.cdiv(D, BLOCK_D))
     linear_scan_fwd_kernel[grid](
-        a_re, a_im, x_re, x_im, h0_re, h0_im, h_re, h_im, L, D,
-        sa[0] if a.shape[0] > 1 else 0, sa[1] if a.shape[1] > 1 else 0, sa[2],
-        sx[0], sx[1], sx[2], sh0[0] if h0 is not None and h0.shape[0] > 1 else 0, sh0[1],
+        a_re, a_im, x_re, x_im, h0_re, h0_im, h_re, h_im, L, D, *_shape_args(a, sa, sx, h0, sh0),
         BLOCK_D=BLOCK_D, COMPLEX_A=a.is_complex(), COMPLEX_X=x.is_complex(), HAS_H0=h0 is not None,
         REVERSE=bool(reverse), STATE_FP64=x.dtype in (torch.float64, torch.complex128),
     )
@@ -207,16 +213,12 @@ def _launch_bwd(a, h, h0, g, reverse):
     da_im = torch.empty_like(da_re) if a.is_complex() else da_re
     if sg != sx:
         raise RuntimeError("internal: g and h must share strides")
-    if h0 is not None:
-        h0_re, h0_im, sh0 = _planes(h0)
-    else:
-        h0_re, h0_im, sh0 = h_re, h_im, (0, 0)
+    h0_re, h0_im, sh0 = _h0_planes(h0, h_re, h_im)
     BLOCK_D = _block_d(D)
     grid = (B, triton.cdiv(D, BLOCK_D))
     linear_scan_bwd_kernel[grid](
         a_re, a_im, h_re, h_im, h0_re, h0_im, g_re, g_im, dx_re, dx_im, da_re, da_im, L, D,
-        sa[0] if a.shape[0] > 1 else 0, sa[1] if a.shape[1] > 1 else 0, sa[2],
-        sx[0], sx[1], sx[2], sh0[0] if h0 is not None and h0.shape[0] > 1 else 0, sh0[1],
+        *_shape_args(a, sa, sx, h0, sh0),
         BLOCK_D=BLOCK_D, COMPLEX_A=a.is_complex(), COMPLEX_X=h.is_complex(), HAS_H0=h0 is not None,
         REVERSE=bool(reverse), STATE_FP64=h.dtype in (torch.float64, torch.complex128),
     )
