@@ -8,8 +8,10 @@ about what one fused elementwise pass over the same bytes costs (``benchmarks/sc
 
 The loops are the recurrences exactly as the papers write them (no reassociation, no fused
 multiply-add: ``fastmath`` is off), so in float32 they round like a step-by-step loop (on real inputs
-the scan equals ``linear_scan(mode="sequential")`` to the bit; GateLoop's heads-last and per-head
-kernels agree to the bit; both are tested).
+the scan equals ``linear_scan(mode="sequential")`` to the bit; GateLoop's heads-last, tiled and
+per-head kernels agree to the bit; both are tested). One kernel needs what Numba cannot say:
+GateLoop with a row per head vectorises across heads by transposing 8 x 8 tiles in registers, and
+the shuffles that do it are written in LLVM IR (``_ir_transpose8``, through ``numba.extending.intrinsic``).
 They run in parallel over independent sequences (batch rows, blocks of channels, heads), on as
 many threads as ``torch.get_num_threads()`` allows; each sequence is computed by one thread, so the
 result does not depend on the thread count.
@@ -666,7 +668,8 @@ def gateloop_compiled(q, k, v, a, h0=None, *, dtype: torch.dtype | None = None):
 
     With ``dk = dv = 1`` and inputs laid out ``(B, L, H)`` in memory (the GateLoop layer's projections,
     viewed as ``(B, H, L, 1)``), the heads are updated side by side with vector instructions and ``y``
-    comes back as the same kind of view; otherwise every head is a row of its own.
+    comes back as the same kind of view; otherwise every head is a row of its own (with ``dk = dv = 1``,
+    float32 q, k, v and a complex64 a, eight rows at a time through the tiled kernel).
     """
     require_compiled("gateloop", q, k, v, a, h0)
     work = dtype or torch.promote_types(torch.promote_types(q.dtype, k.dtype), torch.promote_types(v.dtype, a.dtype))
