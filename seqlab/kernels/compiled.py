@@ -9,7 +9,7 @@ about what one fused elementwise pass over the same bytes costs (``benchmarks/sc
 The loops are the recurrences exactly as the papers write them (no reassociation, no fused
 multiply-add: ``fastmath`` is off), so in float32 they round like a step-by-step loop (on real inputs
 the scan equals ``linear_scan(mode="sequential")`` to the bit; GateLoop's heads-last, tiled and
-per-head kernels agree to the bit; both are tested). One kernel needs what Numba cannot say:
+per-head kernels agree to the bit, up to the sign of a zero; both are tested). One kernel needs what Numba cannot say:
 GateLoop with a row per head vectorises across heads by transposing 8 x 8 tiles in registers, and
 the shuffles that do it are written in LLVM IR (``_ir_transpose8``, through ``numba.extending.intrinsic``).
 They run in parallel over independent sequences (batch rows, blocks of channels, heads), on as
@@ -187,7 +187,9 @@ if HAVE_NUMBA:
     # vector instruction cannot load them. The tiled kernel loads an 8 x 8 tile (8 heads x 8 steps) as
     # eight row vectors, transposes it in registers (24 shuffles: Numba has no shuffles, so they are
     # written in LLVM IR below), runs the 8 steps with each instruction updating all 8 heads, and
-    # transposes the outputs back. The arithmetic is the scalar kernel's, operation for operation.
+    # transposes the outputs back. The arithmetic is the scalar kernel's, less the terms its complex
+    # arithmetic adds for a real operand (+ 0i after k v, 0 * Im s in q s), which can only change the
+    # sign of a zero: the results are equal, bit for bit, as values.
 
     _F32X8 = ir.VectorType(ir.FloatType(), 8)
 
@@ -265,7 +267,7 @@ if HAVE_NUMBA:
             y16 = []
             for u in range(8):
                 ar, ai = a16[2 * u], a16[2 * u + 1]
-                # eq. 7, s <- a s + k v, as numba's complex arithmetic does it: (ar sr - ai si) + kv, ar si + ai sr
+                # eq. 7, s <- a s + k v, rounded as numba's complex arithmetic rounds it: (ar sr - ai si) + kv, ar si + ai sr
                 sr, si = (b.fadd(b.fsub(b.fmul(ar, sr), b.fmul(ai, si)), kv8[u]),
                           b.fadd(b.fmul(ar, si), b.fmul(ai, sr)))
                 yr, yi = b.fmul(q8[u], sr), b.fmul(q8[u], si)                # eq. 8
