@@ -543,18 +543,17 @@ def _as_kernel_input(t: torch.Tensor, work: torch.dtype) -> torch.Tensor:
     return t if t.dtype == dtype else t.to(dtype)
 
 
-def _check_stats(stats: torch.Tensor, a: torch.Tensor) -> None:
+def _check_stats(stats: np.ndarray, a: torch.Tensor) -> None:
     """Raise the errors of ``seqlab.ops.gateloop`` from the kernels' per-head flags ``[y not finite, a bad]``.
 
     The kernels raise the flags on their way through the data, so the op makes no extra pass over
     ``a`` or ``y`` for its checks (``a`` is only read again here, to word the error).
     """
-    flags = stats.numpy()            # (N, 2); NumPy: a few microseconds less than torch on small arrays
-    if flags[:, 1].any():
+    if stats[:, 1].any():            # (N, 2), a NumPy array: a few microseconds less than torch
         biggest = float(a.detach().abs().max())
         raise ValueError(f"a: state transitions need magnitudes |a| in [0, 1] (eq. 25 uses a sigmoid "
                          f"magnitude), got max |a| = {biggest:.6g}")
-    if flags[:, 0].any():
+    if stats[:, 0].any():
         raise FloatingPointError("gateloop(mode='compiled'): produced non-finite values (NaN or inf); "
                                  "see the op's docstring for its valid range")
 
@@ -569,10 +568,9 @@ def _run_max_headed(q, k, v, a, h0, y, final, ckpt, stats) -> None:
     """``dk = dv = 1``, one row per head: rows in groups of 8 to the tiled kernel where it applies,
     the others to the scalar kernel. q, k, v, a: (N, L, 1); the outputs as in :func:`_run_forward`."""
     N, L = q.shape[:2]
-    flat = lambda t: _np(t.reshape(t.shape[0], -1))  # noqa: E731  (N, L, 1) -> (N, L)
-    ins = [flat(t) for t in (q, k, v, a)]
-    outs = [y.numpy().reshape(N, L), final.numpy().reshape(N), ckpt.numpy().reshape(-1, ckpt.shape[1]), stats.numpy()]
-    h0 = _np(h0.reshape(-1))
+    ins = [_np(t).reshape(N, L) for t in (q, k, v, a)]       # (N, L, 1) -> (N, L), reshaped by NumPy (cheaper)
+    outs = [y.numpy().reshape(N, L), final.numpy().reshape(N), ckpt.numpy().reshape(ckpt.shape[:2]), stats]
+    h0 = _np(h0).reshape(-1)
     tiled = 8 * (N // 8) if _tiles_apply(q, k, v, a, y.dtype) else 0
     rows = lambda arr, sl: arr[sl] if arr.shape[0] > 1 else arr  # noqa: E731  h0 may be one shared row; ckpt empty
     if tiled:
@@ -599,21 +597,21 @@ def _run_forward(q, k, v, a, h0, save: bool, heads_last: bool):
         B, L, H = q.shape
         y, final = torch.empty(B, L, H, dtype=work), torch.empty(B, H, dtype=work)
         ckpt = torch.empty((B if save else 0), n_ckpt, H, dtype=work)
-        stats = torch.empty(B, 2, dtype=torch.float64)
+        stats = np.empty((B, 2))
         _gateloop_heads_last_kernel(_np(q), _np(k), _np(v), _np(a), _np(h0), _GATELOOP_CHUNK,
-                                    y.numpy(), final.numpy(), ckpt.numpy(), stats.numpy())
+                                    y.numpy(), final.numpy(), ckpt.numpy(), stats)
         _check_stats(stats, a)
         return y, final, ckpt
     N, L, dk = q.shape
     dv = v.shape[-1]
     y, final = torch.empty(N, L, dv, dtype=work), torch.empty(N, dk, dv, dtype=work)
     ckpt = torch.empty((N if save else 0), n_ckpt, dk, dv, dtype=work)
-    stats = torch.empty(N, 2, dtype=torch.float64)
+    stats = np.empty((N, 2))
     if dk == 1 and dv == 1:
         _run_max_headed(q, k, v, a, h0, y, final, ckpt, stats)
     else:
         _gateloop_forward_kernel(_np(q), _np(k), _np(v), _np(a), _np(h0), _GATELOOP_CHUNK,
-                                 y.numpy(), final.numpy(), ckpt.numpy(), stats.numpy())
+                                 y.numpy(), final.numpy(), ckpt.numpy(), stats)
     _check_stats(stats, a)
     return y, final, ckpt
 
