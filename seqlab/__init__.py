@@ -3,7 +3,8 @@
 Layers of the package, in the one direction imports flow:
 ``ops`` (tensor functions, each equation in all its modes; Triton kernels in ``kernels``)
 -> ``layers`` (nn.Modules) -> ``models`` (whole models, ``build(name, ...)``).
-``tasks`` makes data, ``train`` fits models, ``viz`` and ``inspect`` read models and ops.
+``tasks`` makes data, ``train`` fits models, ``viz`` and ``readout`` read models and ops;
+``generate`` (from ``seqlab.sampling``) samples from a causal language model.
 """
 from seqlab import config, ops  # noqa: F401
 
@@ -14,10 +15,11 @@ def __getattr__(name):
     # Heavier sub-packages load on first use, so `import seqlab` stays quick.
     import importlib
 
-    if name in {"layers", "models", "tasks", "train", "viz", "inspect", "kernels", "experiments"}:
+    if name in {"layers", "models", "tasks", "train", "viz", "readout", "inspect", "sampling", "kernels",
+                "experiments"}:
         return importlib.import_module(f"seqlab.{name}")
     if name == "generate":
-        from seqlab.generate import generate
+        from seqlab.sampling import generate
 
         return generate
     raise AttributeError(f"module 'seqlab' has no attribute {name!r}")

@@ -37,6 +37,15 @@ def device(name: str | torch.device = "auto") -> torch.device:
     return dev
 
 
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device a model's parameters (or, without any, its buffers) live on; CPU for an empty model."""
+    for p in model.parameters():
+        return p.device
+    for b in model.buffers():
+        return b.device
+    return torch.device("cpu")
+
+
 def dtype(name: str | torch.dtype = "auto", device_: str | torch.device = "auto") -> torch.dtype:
     """Training dtype: ``"auto"`` is bfloat16 on a CUDA device that supports it, else float32."""
     if isinstance(name, torch.dtype):

@@ -41,6 +41,7 @@ import torch
 import torch.nn as nn
 
 from seqlab import config
+from seqlab.config import model_device
 from seqlab.tasks.base import IGNORE, Task
 
 __all__ = ["fit", "evaluate", "History", "StopTraining", "check_compatible", "lr_at", "batch_indices",
@@ -165,14 +166,6 @@ def check_compatible(model: nn.Module, task: Task) -> None:
     if m_max is not None and task.seq_len > m_max:
         raise ValueError(f"task {tname!r} has seq_len {task.seq_len} but model {name!r} accepts at most "
                          f"max_len {m_max}; build it with max_len>={task.seq_len}")
-
-
-def model_device(model: nn.Module) -> torch.device:
-    for p in model.parameters():
-        return p.device
-    for b in model.buffers():
-        return b.device
-    return torch.device("cpu")
 
 
 # ----------------------------------------------------------------------------- schedule and batches

@@ -133,23 +133,23 @@ def test_models_shapes_and_parameter_counts():
     assert count_parameters(fst) - count_parameters(lrnn) == 2 * extra
 
 
-def test_inspect_readouts():
-    from seqlab import inspect
+def test_readout_readouts():
+    from seqlab import readout
 
     model = build("fst", vocab_size=9, num_classes=4, seq_len=12, hidden=8, depth=3)
     with torch.no_grad():
         model.blocks[1].p2.fill_(2.0)
-    alphas = inspect.fst_alphas(model)
+    alphas = readout.fst_alphas(model)
     assert [a["block"] for a in alphas] == [0, 1, 2]
     assert alphas[1]["alpha2"] == pytest.approx(1 / (1 + torch.exp(torch.tensor(-2.0)).item()))
     assert alphas[0]["alpha1"] == 0.5
-    assert inspect.fst_alphas(build("lrnn", vocab_size=9, num_classes=4, hidden=8))[0]["alpha2"] is None
+    assert readout.fst_alphas(build("lrnn", vocab_size=9, num_classes=4, hidden=8))[0]["alpha2"] is None
     tokens = torch.randint(0, 9, (5, 12))
-    read = inspect.fst_representation_changes(model, tokens)
+    read = readout.fst_representation_changes(model, tokens)
     check(read["logits"], model(tokens).detach(), 1e-6, "read-out logits = model logits")
-    off = inspect.fst_representation_changes(model, tokens, alphas=(0.0, 0.0))
+    off = readout.fst_representation_changes(model, tokens, alphas=(0.0, 0.0))
     assert all(c["sequence_half"] == 0 and c["twisted_half"] == 0 for c in off["changes"])
-    eig = inspect.lrnn_eigenvalues(model)
+    eig = readout.lrnn_eigenvalues(model)
     assert len(eig) == 6 and eig[1]["lambda"].shape == (12,) and eig[0]["lambda"].shape == (8,)
 
 

@@ -306,26 +306,29 @@ def test_compiled_result_does_not_depend_on_threads():
 
 @pytest.mark.parametrize("dk, dv", [(1, 1), (4, 5)])
 def test_compiled_checks_inside_the_kernel(dk, dv):
-    """|a| > 1 and NaN in a raise ValueError naming a; a non-finite output raises FloatingPointError."""
+    """|a| > 1 raises ValueError naming a; a NaN in a or an inf in q raise FloatingPointError naming the
+    argument and the index (the kernel's flags; the inputs are searched only then)."""
     q, k, v, a = make_inputs(2, 3, 50, dk, dv)
     with pytest.raises(ValueError, match="a: state transitions need magnitudes"):
         gateloop(q, k, v, a * 1.01, mode="compiled")
     bad = a.clone()
     bad[1, 2, 17, 0] = float("nan")
-    with pytest.raises(ValueError, match="a: state transitions need magnitudes"):
+    with pytest.raises(FloatingPointError, match=r"a holds a non-finite value .* at index \(1, 2, 17, 0\)"):
         gateloop(q, k, v, bad, mode="compiled")
     q = q.clone()
     q[0, 1, 30, 0] = float("inf")
-    with pytest.raises(FloatingPointError, match="non-finite"):
+    with pytest.raises(FloatingPointError, match=r"q holds a non-finite value \(inf\) at index \(0, 1, 30, 0\)"):
         gateloop(q, k, v, a, mode="compiled")
 
 
 def test_compiled_half_precision_inputs():
     q, k, v, a = make_inputs(1, 2, 40, 2, 2, complex_=False)
-    out = gateloop(q.bfloat16(), k.bfloat16(), v.bfloat16(), a.bfloat16(), mode="compiled")
-    ref, _ = reference(q.bfloat16(), k.bfloat16(), v.bfloat16(), a.bfloat16())
-    assert out.dtype == torch.float32
-    check(out, ref, 1e-5, "compiled bf16 inputs, float32 computation")
+    low = [t.bfloat16() for t in (q, k, v, a)]
+    out = gateloop(*low, mode="compiled")
+    assert out.dtype == torch.bfloat16                       # the dtype policy: the input's dtype out ...
+    in_float32 = gateloop(*(t.float() for t in low), mode="compiled")
+    assert torch.equal(out, in_float32.bfloat16())           # ... computed in float32, rounded once
+    check(in_float32, reference(*low)[0], 1e-5, "compiled bf16 inputs, float32 computation")
 
 
 def test_compiled_heads_last_layout_is_kept_and_exact():
@@ -413,11 +416,11 @@ def test_compiled_tiled_kernel_checks(t):
     with pytest.raises(ValueError, match="a: state transitions need magnitudes"):
         gateloop(q, k, v, bad, mode="compiled")
     bad[0, 5, t, 0] = complex("nan+0j")
-    with pytest.raises(ValueError, match="a: state transitions need magnitudes"):
+    with pytest.raises(FloatingPointError, match=rf"a holds a non-finite value .* at index \(0, 5, {t}, 0\)"):
         gateloop(q, k, v, bad, mode="compiled")
     q = q.clone()
     q[0, 5, t, 0] = float("inf")
-    with pytest.raises(FloatingPointError, match="non-finite"):
+    with pytest.raises(FloatingPointError, match=rf"q holds a non-finite value .* at index \(0, 5, {t}, 0\)"):
         gateloop(q, k, v, a, mode="compiled")
     edge = torch.polar(torch.ones(1, 8, 300, 1), a.angle())      # |a| = 1 exactly is allowed
     check(gateloop(q.nan_to_num(posinf=0.0), k, v, edge, mode="compiled"),

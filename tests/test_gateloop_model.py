@@ -62,8 +62,8 @@ def test_bad_heads_is_a_clear_error():
         models.build("gateloop", vocab_size=5, d_model=16, heads=5)
 
 
-def test_inspect_reads_the_transitions_of_every_layer():
-    from seqlab.inspect import gateloop_transitions
+def test_readout_reads_the_transitions_of_every_layer():
+    from seqlab.readout import gateloop_transitions
 
     model = models.build("gateloop", vocab_size=9, d_model=8, n_layers=3, d_ff=16)
     tokens = torch.randint(0, 9, (2, 13))

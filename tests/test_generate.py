@@ -4,7 +4,7 @@ import torch
 
 import seqlab
 from seqlab import models
-from seqlab.generate import sample_next, supports_streaming
+from seqlab.sampling import sample_next, supports_streaming
 
 
 def _lm(name, **kw):

@@ -100,14 +100,14 @@ def test_build_errors_are_clear():
 
 @pytest.mark.parametrize("cfg", [dict(), dict(decay="multiplicative"), dict(decay="none"), dict(share=False)])
 @pytest.mark.parametrize("classifier", [False, True])
-def test_inspect_attention_matrix_reproduces_the_mixer(cfg, classifier):
-    """seqlab.inspect.lightnet_attention_matrix: o_t = sum_s A[t, s] v_s for the layer's own q, k, v."""
-    from seqlab import inspect
+def test_readout_attention_matrix_reproduces_the_mixer(cfg, classifier):
+    """seqlab.readout.lightnet_attention_matrix: o_t = sum_s A[t, s] v_s for the layer's own q, k, v."""
+    from seqlab import readout
 
     model = build("lightnet", vocab_size=20, num_classes=10 if classifier else None, grid=(4, 4) if classifier else None,
                   d_model=16, n_heads=2, **cfg).eval()
     x = torch.randint(0, 20, (2, 16))
-    A = inspect.lightnet_attention_matrix(model, x, layer=1)
+    A = readout.lightnet_attention_matrix(model, x, layer=1)
     lna = model.blocks[-1].attn
     seen = {}
     handle = lna.register_forward_hook(lambda _m, inputs, _o: seen.setdefault("x", inputs[0]))
@@ -120,7 +120,7 @@ def test_inspect_attention_matrix_reproduces_the_mixer(cfg, classifier):
     check(A @ v, out, 1e-5, f"A v = o {cfg} classifier={classifier}")
     if not classifier:
         assert torch.equal(A.triu(1), torch.zeros_like(A)), "a causal layer attends to no future token"
-    decays = inspect.lightnet_tpe_decays(model)
+    decays = readout.lightnet_tpe_decays(model)
     assert decays.shape == (4, 16) and ((decays > 0) & (decays < 1)).all()
 
 

@@ -1,9 +1,9 @@
-"""Relation experiments (tiny sizes), their figures, and the inspect read-outs of the BiRN heat map."""
+"""Relation experiments (tiny sizes), their figures, and the readout read-outs of the BiRN heat map."""
 import pytest
 import torch
 
 from conftest import check
-from seqlab import experiments, inspect, models
+from seqlab import experiments, readout, models
 from seqlab.experiments import relation as R
 from seqlab.viz import relation as rviz
 
@@ -53,7 +53,7 @@ def test_birn_heatmap_is_the_cls_share_of_each_patch():
     tokens = task.tensors("test")["input_ids"][:3]
     # by hand from p, q of the last block (exp, approx pre-norm: p' = w LN(p), q' = w LN(q) + b)
     block = model.blocks[-1]
-    p, q = inspect.relation_pq(model, tokens, -1)
+    p, q = readout.relation_pq(model, tokens, -1)
     ln = lambda t: torch.nn.functional.layer_norm(t, (t.shape[-1],))
     with torch.no_grad():
         p1 = ln(p) * block.act_weight
@@ -61,15 +61,15 @@ def test_birn_heatmap_is_the_cls_share_of_each_patch():
         mass = torch.exp(p1[:, None, :, :] + q1[:, :, None, :]).sum(-1)       # (B, query j, key i)
         share = mass / mass.sum(-1, keepdim=True)
     check(out["heatmaps"], share[:, 1:, 0].reshape(3, 4, 4), 1e-5, "patch -> CLS share")
-    from_cls = inspect.birn_cls_heatmap(model, tokens, (4, 4), direction="from_cls")
+    from_cls = readout.birn_cls_heatmap(model, tokens, (4, 4), direction="from_cls")
     check(from_cls, share[:, 0, 1:].reshape(3, 4, 4), 1e-5, "CLS -> patch share")
     fig = rviz.cls_heatmap_figure(out["images"], out["heatmaps"], out["labels"])
     assert len(fig.data) == 6
     with pytest.raises(ValueError, match="grid"):
-        inspect.birn_cls_heatmap(model, tokens, (3, 3))
+        readout.birn_cls_heatmap(model, tokens, (3, 3))
     lm = models.build("causalrn", vocab_size=10, d_model=8, depth=1)
     with pytest.raises(ValueError, match="CLS token"):
-        inspect.birn_cls_heatmap(lm, torch.randint(0, 10, (1, 4)), (2, 2))
+        readout.birn_cls_heatmap(lm, torch.randint(0, 10, (1, 4)), (2, 2))
 
 
 def test_text_model_samples_through_the_stream():

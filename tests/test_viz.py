@@ -261,7 +261,7 @@ def test_template_is_registered_once_and_small():
     assert len(json.dumps(viz.TEMPLATE.to_plotly_json())) < 2000  # it is embedded in every committed figure
 
 
-# ----------------------------------------------------------------------------- seqlab.inspect (generic read-outs)
+# ----------------------------------------------------------------------------- seqlab.readout (generic read-outs)
 
 
 class _Block(nn.Module):
@@ -288,31 +288,31 @@ class _Tiny(nn.Module):
         return self.head(x)
 
 
-def test_inspect_capture_per_layer_predict():
-    from seqlab import inspect
+def test_readout_capture_per_layer_predict():
+    from seqlab import readout
 
     model = _Tiny().train()
     tokens = torch.randint(0, 11, (2, 5))
-    caught = inspect.capture(model, tokens, _Block)
+    caught = readout.capture(model, tokens, _Block)
     assert list(caught) == ["blocks.0", "blocks.1", "blocks.2"]
     # the caught output of the last block, through the head, is the model's output
     check(model.head(caught["blocks.2"]), model(tokens).detach(), 1e-6, "head(last block) vs model")
     assert model.training  # mode restored
-    assert list(inspect.capture(model, tokens, "blocks.1.mix")) == ["blocks.1.mix"]
+    assert list(readout.capture(model, tokens, "blocks.1.mix")) == ["blocks.1.mix"]
     with pytest.raises(ValueError, match="no sub-module named"):
-        inspect.capture(model, tokens, ["blocks.9"])
+        readout.capture(model, tokens, ["blocks.9"])
     with pytest.raises(ValueError, match=r"tokens: expected integer tokens .* got shape \(2, 5\), dtype torch.float32"):
-        inspect.capture(model, tokens.float(), _Block)
+        readout.capture(model, tokens.float(), _Block)
 
-    assert inspect.per_layer(model, "alpha1") == pytest.approx([0.1, 0.2, 0.3])
-    assert viz.coefficient_bars({"alpha1": inspect.per_layer(model, "alpha1")}).data[0].y == pytest.approx((0.1, 0.2, 0.3))
+    assert readout.per_layer(model, "alpha1") == pytest.approx([0.1, 0.2, 0.3])
+    assert viz.coefficient_bars({"alpha1": readout.per_layer(model, "alpha1")}).data[0].y == pytest.approx((0.1, 0.2, 0.3))
     with pytest.raises(ValueError, match="missing 'alpha9'"):
-        inspect.per_layer(model, "alpha9")
+        readout.per_layer(model, "alpha9")
 
-    pred = inspect.predict(model, tokens)
+    pred = readout.predict(model, tokens)
     assert pred.shape == (2, 5) and torch.equal(pred, model(tokens).argmax(-1))
-    assert inspect.predict(model, tokens[0]).shape == (5,)
-    assert inspect.parameter_count(model) == sum(p.numel() for p in model.parameters())
+    assert readout.predict(model, tokens[0]).shape == (5,)
+    assert readout.parameter_count(model) == sum(p.numel() for p in model.parameters())
 
 
 def test_nbstate_drops_only_bulky_widget_state(tmp_path):

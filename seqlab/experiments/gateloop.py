@@ -3,7 +3,7 @@
 Two models that differ only in their state transition, data-controlled (eq. 25) or fixed (one
 learned ``a`` per channel), trained on Memory Horizon; returned: their test accuracies (Fig. 6),
 accuracy against the required memory span (Fig. 7), the histories and the trained models (for the
-transition heatmaps of Fig. 5, read by ``seqlab.inspect.gateloop_transitions``).
+transition heatmaps of Fig. 5, read by ``seqlab.readout.gateloop_transitions``).
 
 Sizes: ``quick`` (CPU, minutes): ``seq_len=128``, 2 layers of ``d_model=32``; ``full``: Appendix C.1
 (``seq_len=1024``, 4 layers, ``d_model=d_qk=d_v=64``, 64 heads, ``d_ff=128``, batch 32, lr 0.0025,
@@ -27,7 +27,7 @@ def accuracy_by_span(model, task, split: str = "test", bins=None, batch_size: in
     ``bins``: increasing span edges; bin ``i`` holds spans in ``[bins[i], bins[i+1])``. Returns a
     list of ``{"span_lo", "span_hi", "accuracy", "count"}``.
     """
-    from seqlab.inspect import predict
+    from seqlab.readout import predict
     from seqlab.tasks.memory_horizon import memory_spans
 
     data = task.tensors(split)

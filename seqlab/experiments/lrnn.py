@@ -127,7 +127,7 @@ def fst_comparison(*, task: str = "digits", profile: str | None = None, models=(
     (``None`` when FST was not trained), ``data`` the task. ``callbacks`` are passed to every ``fit``; ``live`` (a
     ``seqlab.viz.LivePlot``) draws every run into one live figure.
     """
-    from seqlab import inspect, train
+    from seqlab import readout, train
     from seqlab.models import build
 
     sizes = _sizes(task, profile, overrides)
@@ -153,7 +153,7 @@ def fst_comparison(*, task: str = "digits", profile: str | None = None, models=(
         rows.append({"model": name, "config": cfg, "params": params, "lr": lr,
                      "test_accuracy": float(final["accuracy"]), "test_loss": float(final["loss"]), "seconds": seconds})
         histories[name], trained[name] = history, model
-    alphas = inspect.fst_alphas(trained["fst"]) if "fst" in trained else None
+    alphas = readout.fst_alphas(trained["fst"]) if "fst" in trained else None
     return {"task": task, "profile": profile or config.profile(), "sizes": sizes, "rows": rows,
             "histories": histories, "models": trained, "alphas": alphas, "data": data}
 

@@ -12,7 +12,7 @@ by keyword. Every experiment returns a plain dict.
 - ``relation-copying-scaling``: iterations to 99 % accuracy against string length (001 Fig. 4)
   for causalrn, linear-causalrn, transformer and linear-transformer.
 - ``relation-birn-digits``: a BiRN with a CLS token on 2x2 patches of the 8x8 digits, and the
-  CLS heat map of 000 Fig. 7 read out by ``seqlab.inspect.birn_cls_heatmap``.
+  CLS heat map of 000 Fig. 7 read out by ``seqlab.readout.birn_cls_heatmap``.
 - ``relation-text``: a linear CausalRN character model (000 §4.3) and a sample from it.
 """
 from __future__ import annotations
@@ -180,7 +180,7 @@ def birn_digits(*, profile: str | None = None, seed: int = 0, callbacks=(), prog
 
     Returns ``{"accuracy", "history", "model", "task", "heatmaps" (n, rows, cols), "images" (n, 8, 8),
     "labels"}``."""
-    from seqlab import inspect, models, tasks, train
+    from seqlab import readout, models, tasks, train
 
     s = profile_sizes(SIZES["birn"], profile, sizes)
     task = tasks.digits(layout="patches", levels=s["levels"])
@@ -191,7 +191,7 @@ def birn_digits(*, profile: str | None = None, seed: int = 0, callbacks=(), prog
                         callbacks=callbacks, progress=progress, desc="birn")
     test = task.tensors("test")
     tokens = test["input_ids"][:examples]
-    heat = inspect.birn_cls_heatmap(model, tokens, task.info["grid"], layer=-1)
+    heat = readout.birn_cls_heatmap(model, tokens, task.info["grid"], layer=-1)
     images = _digit_images(task, examples)
     return {"accuracy": history.final["accuracy"], "history": history, "model": model, "task": task,
             "heatmaps": heat, "images": images, "labels": test["labels"][:examples], "sizes": s}

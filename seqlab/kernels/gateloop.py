@@ -235,7 +235,7 @@ if triton is not None:
             T_im = qkd_re * P_im[:, :, None] - qkd_im * P_re[:, :, None]
             # sum_{m < j} as a product with the strictly lower-triangular 0/1 matrix (an exclusive cumsum
             # by subtraction would cancel: the m >= j terms are O(1), the m < j ones carry a_j)
-            before = (offs_c[None, :] < offs_c[:, None]).to(tl.float32)  # (C_j, C_m): m < j
+            before = (offs_c[None, :] < offs_c[:, None]).to(T_re.dtype)  # (C_j, C_m): m < j
             Tx_re = _sum_before(T_re, before, C, BK)                    # (C_n, C_j, BK)
             Tx_im = _sum_before(T_im, before, C, BK)
             gl_re = tl.sum(tl.where(n3 >= j3, Tx_re, 0.0), axis=0)     # sum_{n >= j} (C_j, BK)
@@ -272,8 +272,14 @@ def _block(n: int) -> int:
     return max(16, triton.next_power_of_2(n))
 
 
-def _planes(t: torch.Tensor):
-    t = t.to(torch.complex64) if not t.is_complex() else t.to(torch.complex64)
+def _real_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The kernels' precision: float64 for float64 / complex128 work, else float32 (never lower, never less)."""
+    return torch.float64 if dtype in (torch.float64, torch.complex128) else torch.float32
+
+
+def _planes(t: torch.Tensor, real: torch.dtype):
+    """A real or complex tensor as (real plane, imaginary plane) in ``real``."""
+    t = t.to(torch.complex128 if real == torch.float64 else torch.complex64)
     return t.real.contiguous(), t.imag.contiguous()
 
 
@@ -282,10 +288,12 @@ class _GateLoopTriton(torch.autograd.Function):
     def forward(ctx, q, k, v, la, ph, h0, chunk):
         BH, L, DK = q.shape
         DV = v.shape[-1]
-        planes = [*_planes(q), *_planes(k), *_planes(v), la.float().contiguous(), ph.float().contiguous(), *_planes(h0)]
-        y_re = torch.empty(BH, L, DV, device=q.device, dtype=torch.float32)
+        real = la.dtype
+        planes = [*_planes(q, real), *_planes(k, real), *_planes(v, real), la.contiguous(), ph.contiguous(),
+                  *_planes(h0, real)]
+        y_re = torch.empty(BH, L, DV, device=q.device, dtype=real)
         y_im = torch.empty_like(y_re)
-        s_re = torch.empty(BH, DK, DV, device=q.device, dtype=torch.float32)
+        s_re = torch.empty(BH, DK, DV, device=q.device, dtype=real)
         s_im = torch.empty_like(s_re)
         gateloop_fwd_kernel[(BH,)](*planes, y_re, y_im, s_re, s_im, L, DK, DV, C=chunk, BK=_block(DK), BV=_block(DV))
         ctx.save_for_backward(*planes)
@@ -298,14 +306,15 @@ class _GateLoopTriton(torch.autograd.Function):
         planes = ctx.saved_tensors
         BH, L, DK = planes[0].shape
         DV = planes[4].shape[-1]
-        g_re, g_im = grad_y.real.float().contiguous(), grad_y.imag.float().contiguous()
+        real = planes[0].dtype
+        g_re, g_im = _planes(grad_y, real)
         if grad_S is None:
-            grad_S = torch.zeros(BH, DK, DV, device=g_re.device, dtype=torch.complex64)
-        gS = [grad_S.real.float().contiguous(), grad_S.imag.float().contiguous()]
+            grad_S = torch.zeros(BH, DK, DV, device=g_re.device, dtype=real)
+        gS = _planes(grad_S, real)
         outs = [torch.empty_like(planes[i]) for i in (0, 0, 2, 2, 4, 4, 0, 0, 8, 8)]
         C, BK, BV = ctx.chunk, _block(DK), _block(DV)
         n_chunks = triton.cdiv(L, C)
-        states = [torch.empty(BH, n_chunks, BK, BV, device=g_re.device, dtype=torch.float32) for _ in range(2)]
+        states = [torch.empty(BH, n_chunks, BK, BV, device=g_re.device, dtype=real) for _ in range(2)]
         gateloop_bwd_kernel[(BH,)](*planes[:8], *planes[8:10], g_re, g_im, *gS, *outs, *states, L, DK, DV,
                                    C=C, BK=BK, BV=BV)
         grads = [torch.complex(outs[i], outs[i + 1]) if is_c else outs[i]     # a real input gets the real part
@@ -318,15 +327,17 @@ class _GateLoopTriton(torch.autograd.Function):
 def gateloop_triton(q, k, v, a, *, h0=None, return_state=False, chunk_size: int = 16):
     """``gateloop`` by the Triton kernels; inputs already checked and promoted by ``seqlab.ops.gateloop``.
 
+    The kernels compute in float64 for float64 / complex128 inputs and in float32 otherwise.
     Returns ``(y, S_L)`` (``S_L`` is ``None`` unless ``return_state``).
     """
     require_triton("gateloop", q, k, v, a)
     B, H, L, DK = q.shape
     DV = v.shape[-1]
     out_dtype = q.dtype
-    tiny = torch.finfo(torch.float32).tiny
-    la = a.abs().float().clamp_min(tiny).log()                       # log|a|
-    ph = torch.angle(a).float() if a.is_complex() else (a < 0).float() * torch.pi
+    real = _real_dtype(out_dtype)
+    tiny = torch.finfo(real).tiny
+    la = a.abs().to(real).clamp_min(tiny).log()                      # log|a|
+    ph = torch.angle(a).to(real) if a.is_complex() else (a < 0).to(real) * torch.pi
     flat = lambda t: t.reshape(B * H, L, t.shape[-1])                # noqa: E731
     state0 = h0.reshape(B * H, DK, DV) if h0 is not None else torch.zeros(B * H, DK, DV, device=q.device, dtype=out_dtype)
     y, S = _GateLoopTriton.apply(flat(q), flat(k), flat(v), flat(la), flat(ph), state0, chunk_size)

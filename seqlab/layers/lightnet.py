@@ -96,7 +96,7 @@ class LightNetAttention(nn.Module):
         return x.view(B, L, self.n_heads, self.head_dim).transpose(1, 2)         # (B, H, L, dh)
 
     def mixer_inputs(self, x: torch.Tensor):
-        """``(q, k, v, log_decay)`` exactly as passed to ``decay_attention`` (also used by ``seqlab.inspect``)."""
+        """``(q, k, v, log_decay)`` exactly as passed to ``decay_attention`` (also used by ``seqlab.readout``)."""
         L = x.shape[1]
         shape = _grid(self.shape, L)
         q = self.heads(F.silu(self.q(x)))                                        # phi = Swish     (B, H, L, dh)

@@ -67,7 +67,7 @@ class RelationBlock(nn.Module):
         with torch.no_grad():
             self.w_out.weight.div_(math.sqrt(max(1, n_residual)))
 
-    # -- the pieces of Fig. 2 (inspect reads them) --------------------------------------------------
+    # -- the pieces of Fig. 2 (readout reads them) --------------------------------------------------
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(p, q)``, each ``(B, L, d_h)``, from the block input."""
         h = self.norm(x)

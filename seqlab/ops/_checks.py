@@ -49,9 +49,52 @@ def check_mode(op: str, mode: str, modes: Iterable[str]) -> str:
     return mode
 
 
+def has_values(*tensors) -> bool:
+    """False when any tensor lives on the ``meta`` device: it has a shape but no values, so value checks
+    (finiteness, ranges) are skipped and shape-only tracing works."""
+    return not any(isinstance(t, torch.Tensor) and t.is_meta for t in tensors)
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def at_least_float32(t):
+    """The dtype policy's working precision: float16 / bfloat16 tensors become float32, others stay."""
+    return t.float() if isinstance(t, torch.Tensor) and t.dtype in _HALF else t
+
+
+def traceable_mode(mode: str, torch_form: str, *tensors) -> str:
+    """On ``meta`` tensors a backend mode (``"compiled"``, ``"triton"``) has no data to run on: trace the
+    shapes through ``torch_form``, which computes the same function."""
+    return torch_form if mode in ("compiled", "triton") and not has_values(*tensors) else mode
+
+
+def first_nonfinite(t: torch.Tensor) -> tuple | None:
+    """The index of the first NaN or inf of ``t`` (row-major order), or ``None`` when every value is finite."""
+    if not has_values(t) or t.numel() == 0:
+        return None
+    bad = ~torch.isfinite(t.detach())
+    if not bad.any():
+        return None
+    first = bad.flatten().nonzero()[0, 0]
+    return tuple(int(i) for i in torch.unravel_index(first, t.shape))
+
+
+def check_finite_inputs(op: str, **tensors) -> None:
+    """Non-finite inputs raise ``FloatingPointError`` naming the argument, the index of its first bad value
+    and that value (``None`` entries are skipped, and so are ``meta`` tensors)."""
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            continue
+        index = first_nonfinite(t)
+        if index is not None:
+            raise FloatingPointError(f"{op}: {name} holds a non-finite value ({t.detach()[index].item()}) at index "
+                                     f"{index} ({describe(t)}); inputs must be finite")
+
+
 def check_finite(name: str, t: torch.Tensor) -> torch.Tensor:
-    """Numerics never produce NaN or inf silently: raise, naming the output."""
-    if not torch.isfinite(t).all():
+    """Numerics never produce NaN or inf silently: raise, naming the output (``meta`` tensors pass)."""
+    if has_values(t) and not torch.isfinite(t).all():
         raise FloatingPointError(f"{name}: produced non-finite values (NaN or inf); see the op's docstring for its valid range")
     return t
 

@@ -40,7 +40,8 @@ from __future__ import annotations
 
 import torch
 
-from seqlab.ops._checks import check_finite, check_mode, check_tensor, describe
+from seqlab.ops._checks import (at_least_float32, check_finite, check_finite_inputs, check_mode, check_tensor, describe, has_values,
+                                traceable_mode)
 
 __all__ = ["decay_attention", "decay_attention_reference", "decay_coefficients", "DECAY_KINDS", "DECAY_MODES"]
 
@@ -489,10 +490,15 @@ def decay_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, decay:
     """
     q, k, v, log_decay = _check_inputs(q, k, v, decay, log_decay)
     check_mode("decay_attention", mode, DECAY_MODES)
-    if decay == "multiplicative" and (log_decay < 0).any():
+    check_finite_inputs("decay_attention", q=q, k=k, v=v, log_decay=log_decay)
+    if decay == "multiplicative" and has_values(log_decay) and (log_decay < 0).any():
         raise ValueError(f"log_decay: multiplicative decay needs log_decay >= 0 (lambda = exp(-log_decay) <= 1), "
                          f"got min {float(log_decay.min()):.3g}")
-    mode = _pick_mode(mode, decay, causal, q, v)
+    mode = traceable_mode(_pick_mode(mode, decay, causal, q, v), "chunked", q, k, v, log_decay)
+    out_dtype = _out_dtype(q, v)
+    if q.shape[-2] == 0:  # no tokens: the empty output of every mode
+        return v.new_zeros(v.shape, dtype=out_dtype)
+    q, k, v, log_decay = map(at_least_float32, (q, k, v, log_decay))  # half precision is computed in float32
     if mode == "triton":
         if decay != "additive" or not causal:
             raise NotImplementedError(f"decay_attention(mode='triton') implements additive causal decay (eq. 7); "
@@ -516,4 +522,4 @@ def decay_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, decay:
         out = _multiplicative_causal(q, k, v, ld, mode)
         if not causal:   # "2 scan": o_t = forward o_t + backward o_t (§3.1)
             out = out + _flip(_multiplicative_causal(_flip(q), _flip(k), _flip(v), _flip(ld), mode))
-    return check_finite("decay_attention", out)
+    return check_finite("decay_attention", out).to(out_dtype)

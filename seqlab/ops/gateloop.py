@@ -51,7 +51,8 @@ import math
 
 import torch
 
-from seqlab.ops._checks import check_finite, check_mode, check_same_device, check_shape, check_tensor
+from seqlab.ops._checks import (check_finite, check_finite_inputs, check_mode, check_same_device, check_shape,
+                                check_tensor, has_values, traceable_mode)
 
 __all__ = ["gateloop", "gateloop_softmax", "gateloop_attention_matrix", "GATELOOP_MODES"]
 
@@ -64,12 +65,18 @@ _BLOCK_ELEMENTS = 1 << 22
 # ----------------------------------------------------------------------------- input checks
 
 
-def _work_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
-    """The dtype the op computes in: the promotion of its inputs, half precision raised to float32."""
+def _out_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
+    """The dtype the op returns: the promotion of its inputs (complex if any input is)."""
     dtype = None
     for t in tensors:
         if t is not None:
             dtype = t.dtype if dtype is None else torch.promote_types(dtype, t.dtype)
+    return dtype
+
+
+def _work_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
+    """The dtype the op computes in: the promotion of its inputs, half precision raised to float32."""
+    dtype = _out_dtype(*tensors)
     if dtype in (torch.float16, torch.bfloat16):
         dtype = torch.float32
     if dtype == torch.complex32:
@@ -77,8 +84,9 @@ def _work_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
     return dtype
 
 
-def _check_inputs(q, k, v, a, h0=None, *, need_v=True, check_magnitude=True):
-    """Shapes, devices and (unless ``check_magnitude=False``) ``|a| <= 1``, with errors naming the argument."""
+def _check_inputs(q, k, v, a, h0=None, *, need_v=True, check_values=True):
+    """Shapes, devices and (unless ``check_values=False``) finite inputs and ``|a| <= 1``, with errors naming
+    the argument."""
     check_tensor("q", q, ndim=4)
     B, H, L, dk = q.shape
     check_tensor("k", k, ndim=4)
@@ -92,13 +100,19 @@ def _check_inputs(q, k, v, a, h0=None, *, need_v=True, check_magnitude=True):
         check_tensor("h0", h0, ndim=4)
         check_shape("h0", h0, (B, H, dk, v.shape[-1]), "(B, H, dk, dv), the state S_0")
     check_same_device(q=q, k=k, v=v, a=a, h0=h0)
-    if check_magnitude:
-        _check_magnitude(a)
+    if check_values:
+        _check_values(q, k, v, a, h0)
+
+
+def _check_values(q, k, v, a, h0):
+    """Finite inputs (the first bad value named by argument and index), then ``|a| <= 1``; skipped on ``meta``."""
+    check_finite_inputs("gateloop", q=q, k=k, v=v, a=a, h0=h0)
+    _check_magnitude(a)
 
 
 def _check_magnitude(a):
     with torch.no_grad():
-        if a.numel():
+        if a.numel() and has_values(a):
             biggest = float(a.abs().max())
             if not math.isfinite(biggest) or biggest > 1.0 + 1e-6:
                 raise ValueError(f"a: state transitions need magnitudes |a| in [0, 1] (eq. 25 uses a sigmoid "
@@ -309,9 +323,11 @@ def _chunked(q, k, v, a, h0, chunk_size: int):
     factorised form would pass ``d log a`` through ``exp(g)`` and ``exp(-g)`` separately, whose
     contributions cancel and leave a float32 error of order ``eps / |a|`` (too much for ``|a| ~ 1e-3``).
     """
+    if q.shape[-2] == 0 or not has_values(a):  # shape-only tracing needs no decay range
+        return _chunked_exact(q, k, v, a, h0, chunk_size)
     log_mag, _ = _log_transitions(a.detach())
     C = _factorised_chunk(q.dtype, log_mag, max(1, min(chunk_size, q.shape[-2])))
-    if C == 0 or q.shape[-2] == 0:
+    if C == 0:
         return _chunked_exact(q, k, v, a, h0, chunk_size)
     tensors = (q, k, v, a) + ((h0,) if h0 is not None else ())
     if not any(t.requires_grad for t in tensors) or not torch.is_grad_enabled():
@@ -489,44 +505,88 @@ def gateloop(q, k, v, a, *, h0=None, mode: str = "auto", return_state: bool = Fa
     Raises ``FloatingPointError`` if the result is not finite (``"attention_naive"`` past underflow).
     """
     check_mode("gateloop", mode, GATELOOP_MODES)
-    _check_inputs(q, k, v, a, h0, check_magnitude=False)
-    if mode == "auto":
-        mode = _pick_auto(q, v)
-    if mode != "compiled":  # the compiled kernel checks |a| on its way through the data
-        _check_magnitude(a)
+    _check_inputs(q, k, v, a, h0, check_values=False)
     if not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
-    dtype = _work_dtype(q, k, v, a, h0)
-    if mode == "compiled":  # real inputs stay real; |a| and the output are checked inside the kernel
-        from seqlab.kernels.compiled import gateloop_compiled
-
-        y, S = gateloop_compiled(q, k, v, a, h0, dtype=dtype)
-        return (y, S) if return_state else y
-    q, k, v, a = (t.to(dtype) for t in (q, k, v, a))
-    h0 = None if h0 is None else h0.to(dtype)
-    if mode == "scan":   # auto's choice on CPU: eq. 12-13 run by the engine's fastest scan
-        y, S = _associative(q, k, v, a, h0, scan_mode="auto")
-    elif mode == "recurrent":
-        y, S = _recurrent(q, k, v, a, h0)
-    elif mode == "associative":
-        y, S = _associative(q, k, v, a, h0)
-    elif mode == "attention":
-        y, S = _attention(q, k, v, a, h0)
-    elif mode == "attention_naive":
-        y, S = _attention_naive(q, k, v, a, h0)
-        if not (torch.isfinite(torch.view_as_real(y) if y.is_complex() else y).all()):
+    if mode == "auto":
+        mode = _pick_auto(q, v)
+    mode = traceable_mode(mode, "chunked", q, k, v, a, h0)
+    out_dtype, dtype = _out_dtype(q, k, v, a, h0), _work_dtype(q, k, v, a, h0)
+    if mode == "compiled":
+        y, S = _run_compiled(q, k, v, a, h0, dtype)
+    else:
+        _check_values(q, k, v, a, h0)
+        q, k, v, a = (t.to(dtype) for t in (q, k, v, a))
+        h0 = None if h0 is None else h0.to(dtype)
+        if mode in _LOG_DOMAIN_MODES:
+            y, S = _exact_gradient_at_zero_transitions(_FORMS[mode], q, k, v, a, h0, chunk_size)
+        else:
+            y, S = _FORMS[mode](q, k, v, a, h0, chunk_size)
+        if mode == "attention_naive" and has_values(y) and not torch.isfinite(_real_view(y)).all():
             raise FloatingPointError(
                 "gateloop(mode='attention_naive'): the cumulative product Pi(A) of eq. 16 underflowed, so "
                 "Kbar = K . Pi^-1 (eq. 19) is infinite and the output is NaN (the risk of Fig. 3); "
                 "use mode='attention' (stable relative decays) or 'chunked'")
-    elif mode == "chunked":
-        y, S = _chunked(q, k, v, a, h0, chunk_size)
-    else:  # triton
-        from seqlab.kernels.gateloop import gateloop_triton
-
-        y, S = gateloop_triton(q, k, v, a, h0=h0, return_state=return_state)
-    check_finite(f"gateloop(mode={mode!r})", torch.view_as_real(y) if y.is_complex() else y)
+        check_finite(f"gateloop(mode={mode!r})", _real_view(y))
+    y, S = y.to(out_dtype), S.to(out_dtype)
     return (y, S) if return_state else y
+
+
+def _real_view(t: torch.Tensor) -> torch.Tensor:
+    return torch.view_as_real(t) if t.is_complex() else t
+
+
+def _run_compiled(q, k, v, a, h0, dtype):
+    """The Numba loop: real inputs stay real; ``|a|`` and the output are checked inside the kernel, and only
+    when it raises are the inputs searched for the non-finite value to name."""
+    from seqlab.kernels.compiled import gateloop_compiled
+
+    try:
+        return gateloop_compiled(q, k, v, a, h0, dtype=dtype)
+    except (ValueError, FloatingPointError):
+        check_finite_inputs("gateloop", q=q, k=k, v=v, a=a, h0=h0)
+        raise
+
+
+def _triton(q, k, v, a, h0, chunk_size):
+    from seqlab.kernels.gateloop import gateloop_triton
+
+    return gateloop_triton(q, k, v, a, h0=h0, return_state=True)
+
+
+# Every form as f(q, k, v, a, h0, chunk_size) -> (y, S_L), inputs already checked and in the work dtype.
+_FORMS = {
+    "scan": lambda q, k, v, a, h0, C: _associative(q, k, v, a, h0, scan_mode="auto"),  # auto without Numba
+    "recurrent": lambda q, k, v, a, h0, C: _recurrent(q, k, v, a, h0),
+    "associative": lambda q, k, v, a, h0, C: _associative(q, k, v, a, h0),
+    "attention": lambda q, k, v, a, h0, C: _attention(q, k, v, a, h0),
+    "attention_naive": lambda q, k, v, a, h0, C: _attention_naive(q, k, v, a, h0),
+    "chunked": _chunked,
+    "triton": _triton,
+}
+
+# Forms that work with log|a| (clamped at the smallest float): at an exact a_n = 0 their gradient with
+# respect to a_n is lost, so it is supplied by the exact recurrence (below).
+_LOG_DOMAIN_MODES = ("chunked", "attention", "triton")
+
+
+def _exact_gradient_at_zero_transitions(form, q, k, v, a, h0, chunk_size):
+    """``form``'s output, with the gradient with respect to ``a`` at entries where ``a == 0`` exactly taken
+    from the associative scan (eq. 12-13).
+
+    ``S_n`` is linear in each ``a_j``: ``dL/da_j = sum_e conj(S_{j-1})[:, e] dS_j[:, e]`` stays finite and
+    nonzero at ``a_j = 0``, but a log-domain form sees ``dL/da_j = conj(1/a_j) dL/dlog a_j`` and, with ``log 0``
+    clamped, returns 0 there. Where there are such entries and ``a`` needs a gradient, a zero-valued term
+    ``y_ref - y_ref.detach()`` adds the scan's gradient at exactly those entries; it costs the scan's
+    ``L x dk x dv`` states, and only then.
+    """
+    zero = a == 0
+    if not (torch.is_grad_enabled() and a.requires_grad and has_values(a) and bool(zero.any())):
+        return form(q, k, v, a, h0, chunk_size)
+    y, S = form(q, k, v, torch.where(zero, a.detach(), a), h0, chunk_size)
+    const = lambda t: None if t is None else t.detach()  # noqa: E731
+    y_ref, S_ref = _associative(const(q), const(k), const(v), torch.where(zero, a, a.detach()), const(h0))
+    return y + (y_ref - y_ref.detach()), S + (S_ref - S_ref.detach())
 
 
 def gateloop_attention_matrix(q, k, a):
@@ -537,10 +597,9 @@ def gateloop_attention_matrix(q, k, a):
     """
     _check_inputs(q, k, None, a, need_v=False)
     dtype = _work_dtype(q, k, a)
-    q, k, a = q.to(dtype), k.to(dtype), a.to(dtype)
-    A = _attention_matrix_stable(q, k, a, dtype)
-    check_finite("gateloop_attention_matrix", torch.view_as_real(A) if A.is_complex() else A)
-    return A
+    A = _attention_matrix_stable(q.to(dtype), k.to(dtype), a.to(dtype), dtype)
+    check_finite("gateloop_attention_matrix", _real_view(A))
+    return A.to(_out_dtype(q, k, a))
 
 
 def gateloop_softmax(q, k, v, a, *, scale: float = 1.0):
@@ -556,5 +615,5 @@ def gateloop_softmax(q, k, v, a, *, scale: float = 1.0):
     M = torch.tril(torch.ones(L, L, dtype=torch.bool, device=scores.device))
     weights = torch.softmax(scores.masked_fill(~M, -math.inf), dim=-1)     # eq. 22-23
     y = weights.to(_work_dtype(weights, v)) @ v.to(_work_dtype(weights, v))
-    check_finite("gateloop_softmax", torch.view_as_real(y) if y.is_complex() else y)
-    return y
+    check_finite("gateloop_softmax", _real_view(y))
+    return y.to(_out_dtype(q, k, v, a))

@@ -50,7 +50,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from seqlab.ops._checks import check_finite, check_mode, check_shape, check_tensor
+from seqlab.ops._checks import (at_least_float32, check_finite, check_finite_inputs, check_mode, check_shape, check_tensor,
+                                traceable_mode)
 
 __all__ = ["relation", "relation_reference", "relation_pairs", "relation_attention_matrix", "relation_query",
            "relation_state", "relation_step", "RelationState", "feature_layer_norm",
@@ -348,14 +349,17 @@ def relation(p, q, *, causal=True, activation="exp", pre_norm="none", normalized
     inf/NaN (``normalized=False`` with ``exp`` overflows once ``p + q`` exceeds ~88 in float32).
     """
     _check_args(p, q, activation, pre_norm, weight, bias, mode)
-    mode = _resolve_mode(mode, activation, pre_norm, p.device)
+    check_finite_inputs("relation", p=p, q=q, weight=weight, bias=bias)
+    mode = traceable_mode(_resolve_mode(mode, activation, pre_norm, p.device), "linear", p, q)
+    out_dtype = p.dtype
+    p, q, weight, bias = map(at_least_float32, (p, q, weight, bias))  # half precision is computed in float32
     if mode in ("linear", "triton"):
         out = _linear(p, q, weight, bias, causal=causal, pre_norm=pre_norm, normalized=normalized, eps=eps,
                       triton=mode == "triton")
     else:
         out = _quadratic(p, q, weight, bias, causal=causal, activation=activation, pre_norm=pre_norm,
                          normalized=normalized, eps=eps, chunk=chunk)
-    return check_finite("relation", out)
+    return check_finite("relation", out).to(out_dtype)
 
 
 # ----------------------------------------------------------------------------- streaming (O(1) per token)
@@ -369,6 +373,7 @@ def relation_query(p, q_t, *, activation="exp", pre_norm="none", normalized=Fals
     check_tensor("p", p, ndim=3)
     check_shape("q_t", q_t, (p.shape[0], p.shape[2]), "one query (B, H) for keys p (B, t, H)")
     _check_args(p[:, -1:], q_t[:, None], activation, pre_norm, weight, bias)
+    check_finite_inputs("relation_query", p=p, q_t=q_t, weight=weight, bias=bias)
     keys, query = _prepare(p, q_t[:, None], pre_norm, weight, bias, eps)
     out = _quadratic_chunk(keys, query, p.shape[1] - 1, weight, bias, causal=True, activation=activation,
                            pre_norm=pre_norm, normalized=normalized, eps=eps)
@@ -402,6 +407,7 @@ def relation_step(p_t, q_t, state: RelationState, *, pre_norm="none", normalized
         raise ValueError("relation_step: pre_norm='exact' has no O(1) step (the reduction does not factorise); "
                          "keep all past p_i and call relation on them")
     _check_args(p_t[:, None], q_t[:, None], "exp", pre_norm, weight, bias)
+    check_finite_inputs("relation_step", p_t=p_t, q_t=q_t, weight=weight, bias=bias)
     p1, q1 = _prepare(p_t, q_t, pre_norm, weight, bias, eps)
     log_sum = torch.logaddexp(state.log_sum, p1)
     count = state.count + 1

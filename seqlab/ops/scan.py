@@ -52,7 +52,7 @@ import math
 
 import torch
 
-from seqlab.ops._checks import check_mode, check_same_device, check_tensor, describe
+from seqlab.ops._checks import check_finite_inputs, check_mode, traceable_mode, check_same_device, check_tensor, describe, has_values
 
 __all__ = ["linear_scan", "linear_scan_reference", "doubling_levels", "SCAN_MODES", "scan_auto_mode", "scan_chunk_size"]
 
@@ -496,10 +496,13 @@ def linear_scan(a: torch.Tensor, x: torch.Tensor, h0: torch.Tensor | None = None
     _check_inputs(a, x, h0)
     if mode == "auto":
         mode = scan_auto_mode(x.device)
+    mode = traceable_mode(mode, "blocked", a, x, h0)
     if x.shape[-2] == 0:
         return x.clone()
     if mode == "sequential":
-        return linear_scan_reference(a, x, h0, reverse=reverse)
+        h = linear_scan_reference(a, x, h0, reverse=reverse)
+        _check_finite_scan(h, reverse, a=a, x=x, h0=h0)
+        return h
     out_dtype = x.dtype
     if h0 is not None and h0.is_complex() != x.is_complex():  # a real h0 for a complex x
         h0 = h0.to(x.dtype)
@@ -507,10 +510,26 @@ def linear_scan(a: torch.Tensor, x: torch.Tensor, h0: torch.Tensor | None = None
     if mode == "triton":
         from seqlab.kernels.scan import triton_linear_scan
 
-        h = triton_linear_scan(a3, x3, h03, reverse=reverse)
-        return h.reshape(x.shape)
-    if x.dtype in _LOW_PRECISION:  # float32 state for half-precision inputs
-        a3, x3 = a3.float(), x3.float()
-        h03 = None if h03 is None else h03.float()
-    h = _ScanFunction.apply(a3, x3, h03, bool(reverse), mode)
-    return h.reshape(x.shape).to(out_dtype)
+        if x.dtype == torch.float16:  # the kernel reads bfloat16 itself; float16 goes in as float32
+            a3, x3, h03 = (None if t is None else t.float() for t in (a3, x3, h03))
+        h = triton_linear_scan(a3, x3, h03, reverse=reverse).to(out_dtype)
+    else:
+        if x.dtype in _LOW_PRECISION:  # float32 state for half-precision inputs
+            a3, x3 = a3.float(), x3.float()
+            h03 = None if h03 is None else h03.float()
+        h = _ScanFunction.apply(a3, x3, h03, bool(reverse), mode).to(out_dtype)
+    _check_finite_scan(h, reverse, a=a, x=x, h0=h0)
+    return h.reshape(x.shape)
+
+
+def _check_finite_scan(h, reverse, **inputs):
+    """NaN or inf never passes silently, at the cost of reading one state per sequence: a non-finite
+    ``h_t`` stays non-finite (``a * inf`` is inf or NaN, ``0 * inf`` is NaN), so every non-finite input
+    and every overflow shows in the last state of the scan. The inputs are searched only then, to name
+    the first bad value."""
+    last = h[..., 0, :] if reverse else h[..., -1, :]
+    if has_values(last) and not torch.isfinite(last).all():
+        check_finite_inputs("linear_scan", **inputs)
+        raise FloatingPointError("linear_scan: produced non-finite values (NaN or inf) from finite inputs: "
+                                 "the state overflowed (|a| > 1 grows it geometrically, or the dtype's range is "
+                                 "too small for the sums)")

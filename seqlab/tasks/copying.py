@@ -43,6 +43,7 @@ import string
 import numpy as np
 import torch
 
+from seqlab.config import model_device
 from seqlab.tasks._cache import cached_splits
 from seqlab.tasks.base import IGNORE, Task
 
@@ -130,8 +131,6 @@ def copying_autoregressive_accuracy(model, task: Task, split: str = "test", n: i
     The model sees ``<bos> x <sep>``, predicts one token, appends it, and so on ``len(x) + 1``
     times; a string counts when all ``len(x)`` letters and the final ``<eos>`` are right.
     """
-    from seqlab.train import model_device
-
     device = model_device(model)
     was_training = model.training
     model.eval()

@@ -5,7 +5,7 @@ Static builders (``seqlab.viz.figures``) take tensors, arrays or training histor
 curves live in a notebook. Family-specific pictures live beside them (``seqlab.viz.relation``,
 ``lrnn``, ``lightnet``, ``gateloop``, ``scan``) and reuse these helpers.
 
-``viz`` only draws: values are read out of models by ``seqlab.inspect`` and computed by
+``viz`` only draws: values are read out of models by ``seqlab.readout`` and computed by
 ``seqlab.ops``; nothing in the math imports ``viz``.
 
 Importing ``seqlab.viz`` inside a Jupyter kernel selects plotly's plain mimetype renderer, whose

@@ -1,7 +1,7 @@
 """Static plotly figure builders shared by every lesson.
 
 Each builder takes plain data (torch tensors, NumPy arrays, lists, histories), checks its shape,
-and returns a styled ``go.Figure``. Nothing here computes model math: ``seqlab.inspect`` reads
+and returns a styled ``go.Figure``. Nothing here computes model math: ``seqlab.readout`` reads
 values out of models, these functions only draw them.
 
 - :func:`learning_curves`: metric against step for one run or several, train and eval splits;

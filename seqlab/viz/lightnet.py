@@ -1,6 +1,6 @@
 """LightNet pictures (paper 003): c_ts matrices, positional kernels on a grid, 1 scan vs 2 scan, ablations.
 
-Builders only draw what ``seqlab.ops`` / ``seqlab.inspect`` / ``seqlab.experiments`` computed.
+Builders only draw what ``seqlab.ops`` / ``seqlab.readout`` / ``seqlab.experiments`` computed.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Pictures for the LRNN / FST lesson (paper 002): the twist drawn, and per-block read-outs.
 
-Only draws: the values come from ``seqlab.inspect`` (``fst_alphas``, ``fst_representation_changes``)
+Only draws: the values come from ``seqlab.readout`` (``fst_alphas``, ``fst_representation_changes``)
 and ``seqlab.experiments.lrnn``.
 """
 from __future__ import annotations

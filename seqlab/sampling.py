@@ -1,5 +1,7 @@
 """Sampling text from a causal language model: ``seqlab.generate(model, prompt, ...)``.
 
+The function lives here, in ``seqlab.sampling``, and is exported as ``seqlab.generate``.
+
 Decoding protocol: a model that can advance one token at a time defines
 
     state = model.init_state(batch)                    # before the first token
@@ -124,18 +126,3 @@ def _generate_rerun(model, tokens, n, **sample_kw):
         out.append(nxt)
         context = torch.cat([context, nxt[:, None]], dim=1)
     return torch.stack(out, 1) if out else tokens[:, :0]
-
-
-# Importing this submodule binds the attribute ``seqlab.generate`` to the module itself (Python
-# sets it on the parent package), which would shadow the lazy ``seqlab.generate`` function of
-# ``seqlab/__init__.py``. A callable module keeps ``seqlab.generate(model, prompt)`` working either way.
-import sys as _sys  # noqa: E402
-import types as _types  # noqa: E402
-
-
-class _CallableModule(_types.ModuleType):
-    def __call__(self, *args, **kwargs):
-        return generate(*args, **kwargs)
-
-
-_sys.modules[__name__].__class__ = _CallableModule
