@@ -317,7 +317,7 @@ def test_compiled_checks_inside_the_kernel(dk, dv):
         gateloop(q, k, v, bad, mode="compiled")
     q = q.clone()
     q[0, 1, 30, 0] = float("inf")
-    with pytest.raises(FloatingPointError, match=r"q holds a non-finite value \(inf\) at index \(0, 1, 30, 0\)"):
+    with pytest.raises(FloatingPointError, match=r"q holds a non-finite value .*inf.* at index \(0, 1, 30, 0\)"):
         gateloop(q, k, v, a, mode="compiled")
 
 
