@@ -113,7 +113,7 @@ class LRNN(nn.Module):
 
     def input_weight(self) -> torch.Tensor:
         """``W̄_in`` (times ``γ`` with ``gamma_norm``), complex ``(d_in, d_state)``."""
-        w = torch.complex(self.w_re, self.w_im)
+        w = _complex(self.w_re, self.w_im)
         if self.input_mask is not None:
             w = w * self.input_mask
         if self.gamma_norm:
@@ -121,7 +121,7 @@ class LRNN(nn.Module):
         return w
 
     def h0(self) -> torch.Tensor:
-        return torch.complex(self.h0_re, self.h0_im)
+        return _complex(self.h0_re, self.h0_im)
 
     def states(self, x: torch.Tensor, mode: str | None = None) -> torch.Tensor:
         """The complex hidden states ``h̄_1..h̄_L``, ``(..., L, d_state)``."""
@@ -133,7 +133,14 @@ class LRNN(nn.Module):
         return ops.linear_scan(self.lam(), u, h0, mode=mode or self.mode)          # h̄_t = Λ h̄_{t-1} + W̄_in x_t
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.states(x).real
+        return self.states(x).real.to(x.dtype)
+
+
+def _complex(re: torch.Tensor, im: torch.Tensor) -> torch.Tensor:
+    """``re + i im``; half-precision planes make complex64 (there is no complex bfloat16)."""
+    if re.dtype in (torch.float16, torch.bfloat16):
+        re, im = re.float(), im.float()
+    return torch.complex(re, im)
 
 
 def _alpha_param() -> nn.Parameter:

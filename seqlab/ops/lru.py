@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from seqlab.ops._checks import check_tensor
+from seqlab.ops._checks import at_least_float32, check_tensor
 
 __all__ = ["lru_lambda", "lru_ring_init", "lru_gamma", "lru_gamma_from_nu", "lru_nu_theta"]
 
@@ -27,8 +27,8 @@ __all__ = ["lru_lambda", "lru_ring_init", "lru_gamma", "lru_gamma_from_nu", "lru
 def lru_lambda(nu: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
     """``λ = exp(-exp(ν) + i exp(θ))`` (paper 002 §2.1): complex, ``|λ| < 1`` for every real ``ν, θ``.
 
-    ``nu`` and ``theta`` are real tensors of one shape; returns complex64 for float32 input and
-    complex128 for float64. Differentiable in both.
+    ``nu`` and ``theta`` are real tensors of one shape; returns complex64 for float32 (and for float16 /
+    bfloat16, which have no complex dtype of their own) and complex128 for float64. Differentiable in both.
     """
     check_tensor("nu", nu)
     check_tensor("theta", theta)
@@ -36,6 +36,7 @@ def lru_lambda(nu: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
         raise TypeError(f"lru_lambda: nu and theta must be real, got nu {nu.dtype}, theta {theta.dtype}")
     if nu.shape != theta.shape:
         raise ValueError(f"lru_lambda: nu and theta must have one shape, got nu {tuple(nu.shape)}, theta {tuple(theta.shape)}")
+    nu, theta = at_least_float32(nu), at_least_float32(theta)
     log_modulus = -torch.exp(nu)  # log|λ| < 0  =>  |λ| < 1
     phase = torch.exp(theta)
     return torch.polar(torch.exp(log_modulus), phase)
