@@ -112,15 +112,13 @@ def _generate_streaming(model, tokens, n, **sample_kw):
 
 
 def _generate_rerun(model, tokens, n, **sample_kw):
+    # the context the model can read: its longest input (a fixed-length model such as the FST pads a
+    # shorter one itself, after the tokens, so its last position is still the last real token)
     max_len = getattr(model, "max_len", None) or getattr(model, "seq_len", None)
-    fixed = getattr(model, "seq_len", None) is not None
     context = tokens
     out = []
     for _ in range(n):
         window = context[:, -max_len:] if max_len else context
-        if fixed and window.shape[1] < max_len:   # a fixed-length model reads a left-padded buffer
-            raise ValueError(f"model: {type(model).__name__} needs exactly seq_len={max_len} tokens; "
-                             "generate cannot feed it a shorter prompt")
         logits = model(window)[:, -1]
         nxt = sample_next(logits, **sample_kw)
         out.append(nxt)

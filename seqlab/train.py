@@ -45,7 +45,7 @@ from seqlab.config import model_device
 from seqlab.tasks.base import IGNORE, Task
 
 __all__ = ["fit", "evaluate", "History", "StopTraining", "check_compatible", "lr_at", "batch_indices",
-           "save_checkpoint", "load_checkpoint", "model_device", "PrintCallback"]
+           "save_checkpoint", "load_checkpoint", "CheckpointError", "model_device", "PrintCallback"]
 
 
 class StopTraining(Exception):
@@ -223,8 +223,46 @@ def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
         raise
 
 
+class CheckpointError(ValueError):
+    """A file that is not a readable seqlab checkpoint, or a checkpoint path that cannot be written."""
+
+
+_CHECKPOINT_KEYS = ("model", "optimizer", "step", "run", "records", "rng")
+
+
 def load_checkpoint(path: str | os.PathLike) -> dict:
-    return torch.load(os.fspath(path), map_location="cpu", weights_only=True)
+    """Read a checkpoint written by ``fit``. Only tensors and plain containers are unpickled
+    (``weights_only=True``): a checkpoint never runs code. Anything else raises :class:`CheckpointError`
+    naming the file."""
+    path = os.fspath(path)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as err:  # EOFError, UnpicklingError, RuntimeError (bad zip), OSError ... all say the same
+        raise CheckpointError(f"{path} is not a readable seqlab checkpoint: {type(err).__name__}: {err}") from err
+    missing = [k for k in _CHECKPOINT_KEYS if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise CheckpointError(f"{path} is not a readable seqlab checkpoint: it has no {', '.join(missing)} "
+                              f"(a {type(state).__name__} was stored)")
+    return state
+
+
+def check_writable(path: str | os.PathLike) -> None:
+    """Fail before training, not after it: ``path``'s folder is created if needed and a file is written
+    and removed there, the way :func:`save_checkpoint` will write."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise CheckpointError(f"checkpoint: {path} is a folder; expected a file path such as {os.path.join(path, 'run.pt')}")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=folder)
+        os.close(fd)
+        os.remove(tmp)
+    except OSError as err:
+        raise CheckpointError(f"checkpoint: {path} cannot be written ({type(err).__name__}: {err}); "
+                              "pick a writable path before training starts") from err
 
 
 def _rng_state() -> dict:
@@ -353,6 +391,8 @@ def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_
                     checkpoint_every=checkpoint_every, seed=seed)
     if resume and checkpoint is None:
         raise ValueError("resume: resume=True needs checkpoint=PATH")
+    if checkpoint is not None:
+        check_writable(checkpoint)
     check_compatible(model, task)
     if "train" not in task.splits:
         raise ValueError(f"task {task.name!r} has no 'train' split (splits: {sorted(task.splits)})")

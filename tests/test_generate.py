@@ -62,3 +62,23 @@ def test_errors():
     clf = models.build("birn", vocab_size=10, num_classes=3, d_model=8, depth=1)
     with pytest.raises(ValueError, match="causal language model"):
         seqlab.generate(clf, torch.tensor([1, 2]), 2)
+
+
+def test_fst_continues_a_prompt_shorter_than_its_seq_len():
+    """The causal FST pads a short input itself (after the tokens), so generate feeds it any prompt up to
+    seq_len and, past it, the last seq_len tokens; greedy tokens are the argmax of its own forward."""
+    torch.manual_seed(0)
+    model = models.build("fst", vocab_size=20, seq_len=12, hidden=16, depth=2)
+    prompt = torch.randint(0, 20, (2, 3))
+    out = seqlab.generate(model, prompt, 14, temperature=0)
+    assert out.shape == (2, 17) and torch.equal(out[:, :3], prompt)
+    for t in range(3, 17):
+        window = out[:, max(0, t - 12):t]
+        assert torch.equal(out[:, t], model(window)[:, -1].argmax(-1)), f"token {t}"
+
+
+def test_sampling_module_and_the_generate_function_do_not_collide():
+    import seqlab.sampling
+
+    assert callable(seqlab.generate) and seqlab.generate is seqlab.sampling.generate
+    assert type(seqlab.sampling) is type(pytest)          # a plain module, no class swapped in

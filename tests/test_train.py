@@ -146,6 +146,60 @@ def test_resume_refuses_a_different_run(small_copy, tmp_path):
                   progress=False)
 
 
+@pytest.mark.parametrize("content", [b"", b"PK\x03\x04 truncated zip", b"garbage \x00\x01\x02" * 10, "truncated",
+                                     "a_list"])
+def test_resume_from_an_unreadable_checkpoint_names_the_file(small_copy, tmp_path, content):
+    path = tmp_path / "run.pt"
+    if content == "truncated":   # a real checkpoint cut in half (a run killed while copying it, a full disk)
+        train.fit(tiny(small_copy), small_copy, steps=2, batch_size=8, lr=1e-2, checkpoint=path, progress=False)
+        data = path.read_bytes()
+        path.write_bytes(data[:len(data) // 2])
+    elif content == "a_list":   # a readable torch file that is not a checkpoint
+        torch.save([torch.zeros(2)], path)
+    else:
+        path.write_bytes(content)
+    with pytest.raises(train.CheckpointError, match=rf"{path} is not a readable seqlab checkpoint: "):
+        train.fit(tiny(small_copy), small_copy, steps=2, batch_size=8, lr=1e-2, checkpoint=path, resume=True,
+                  progress=False)
+
+
+def test_checkpoint_that_never_ran_code_loads_weights_only(tmp_path):
+    """A pickle that would run code on loading is refused, not executed."""
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("touch " + os.fspath(tmp_path / "pwned"),))
+
+    path = tmp_path / "evil.pt"
+    path.write_bytes(pickle.dumps({"model": Evil()}))
+    with pytest.raises(train.CheckpointError, match="is not a readable seqlab checkpoint"):
+        train.load_checkpoint(path)
+    assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("where", ["read_only_folder", "a_folder", "under_a_file"])
+def test_unwritable_checkpoint_fails_before_the_first_step(small_copy, tmp_path, where):
+    if where == "read_only_folder":
+        folder = tmp_path / "ro"
+        folder.mkdir()
+        folder.chmod(0o500)
+        path = folder / "run.pt"
+        if os.access(folder, os.W_OK):   # root ignores permission bits
+            folder.chmod(0o700)
+            pytest.skip("running as root: a read-only folder is still writable")
+    elif where == "a_folder":
+        path = tmp_path
+    else:
+        (tmp_path / "file").write_text("x")
+        path = tmp_path / "file" / "run.pt"
+    steps_run = []
+    with pytest.raises(train.CheckpointError, match=rf"checkpoint: {path}"):
+        train.fit(tiny(small_copy), small_copy, steps=3, batch_size=8, lr=1e-2, checkpoint=path, progress=False,
+                  callbacks=[lambda history, record: steps_run.append(record)])
+    assert steps_run == []
+
+
 def test_mismatched_vocabulary_names_both_sizes():
     task = tasks.copying()                                           # vocab 30
     model = models.build("transformer", vocab_size=20, d_model=16, depth=1, heads=2)
