@@ -1,0 +1,51 @@
+"""The package's shape: imports flow one way (design.md §2), and the renamed modules keep their old names
+working with a warning."""
+import ast
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import seqlab
+
+PACKAGE = pathlib.Path(seqlab.__file__).parent
+
+
+def _seqlab_imports(path: pathlib.Path) -> set[str]:
+    """Every ``seqlab.*`` module a file imports (at any depth: inside functions too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("seqlab")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("seqlab"):
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return found
+
+
+@pytest.mark.parametrize("layer,forbidden", [
+    ("tasks", ("seqlab.train", "seqlab.models", "seqlab.layers", "seqlab.experiments", "seqlab.viz")),
+    ("ops", ("seqlab.layers", "seqlab.models", "seqlab.train", "seqlab.tasks", "seqlab.viz", "seqlab.readout")),
+    ("layers", ("seqlab.models", "seqlab.train", "seqlab.viz", "seqlab.readout")),
+])
+def test_imports_flow_one_way(layer, forbidden):
+    for path in sorted((PACKAGE / layer).rglob("*.py")):
+        bad = sorted(m for m in _seqlab_imports(path) if m.startswith(forbidden))
+        assert not bad, f"{path.relative_to(PACKAGE.parent)} imports {bad}"
+
+
+def test_old_inspect_name_warns_and_names_readout():
+    code = ("import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
+            "try:\n    from seqlab import inspect\nexcept DeprecationWarning as w:\n    print(w)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "seqlab.readout" in out
+    code = ("import warnings; warnings.simplefilter('ignore')\nfrom seqlab import inspect, readout\n"
+            "assert inspect.predict is readout.predict and inspect.__all__ == readout.__all__\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_readout_does_not_shadow_the_standard_library():
+    from seqlab import readout  # noqa: F401  (what lessons import)
+    import inspect
+
+    assert inspect.getsource(test_readout_does_not_shadow_the_standard_library).startswith("def ")
