@@ -3,7 +3,7 @@
     python -m seqlab list
     python -m seqlab train --model transformer --task copying --steps 300 --batch-size 64 --lr 3e-3 \\
         [--seed 0 --device auto --checkpoint runs/copy.pt --resume] \\
-        [--config d_model=64 depth=2] [--task-config max_len=16]
+        [--config d_model=64 n_layers=2] [--task-config max_len=16]
     python -m seqlab experiment NAME [key=value ...]
 
 ``key=value`` values are read as Python literals (``3``, ``1e-3``, ``True``, ``"mean"``, ``(4, 4)``)
@@ -107,7 +107,7 @@ def make_parser() -> argparse.ArgumentParser:
     t.add_argument("--checkpoint", default=None, help="file to save the run to (and resume from)")
     t.add_argument("--checkpoint-every", type=int, default=None)
     t.add_argument("--resume", action="store_true", help="continue from --checkpoint if it exists")
-    t.add_argument("--config", nargs="*", metavar="KEY=VALUE", help="model config, e.g. d_model=64 depth=2")
+    t.add_argument("--config", nargs="*", metavar="KEY=VALUE", help="model config, e.g. d_model=64 n_layers=2 n_heads=4 (python -m seqlab list shows the models)")
     t.add_argument("--task-config", nargs="*", metavar="KEY=VALUE", help="task arguments, e.g. max_len=16")
     t.add_argument("--print-every", type=int, default=None)
     t.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -107,7 +107,7 @@ def test_linear_block_attention_matrix_reproduces_its_mixing():
 
 @pytest.mark.parametrize("name", ["transformer", "linear-transformer"])
 def test_language_models_are_causal(name):
-    model = models.build(name, vocab_size=13, d_model=16, depth=2, heads=2).eval()
+    model = models.build(name, vocab_size=13, d_model=16, n_layers=2, n_heads=2).eval()
     tokens = torch.randint(0, 13, (2, 20))
     logits = model(tokens)
     assert logits.shape == (2, 20, 13)
@@ -122,10 +122,10 @@ def test_language_models_are_causal(name):
 @pytest.mark.parametrize("name", ["transformer", "linear-transformer"])
 @pytest.mark.parametrize("pool", ["mean", "last"])
 def test_classifiers_shapes_and_bidirectionality(name, pool):
-    causal_clf = models.build(name, vocab_size=7, num_classes=4, d_model=16, depth=1, heads=2, pool=pool)
+    causal_clf = models.build(name, vocab_size=7, num_classes=4, d_model=16, n_layers=1, n_heads=2, pool=pool)
     tokens = torch.randint(0, 7, (3, 12))
     assert causal_clf(tokens).shape == (3, 4)
-    bi = models.build(name, vocab_size=7, num_classes=4, d_model=16, depth=1, heads=2, causal=False, pool=pool).eval()
+    bi = models.build(name, vocab_size=7, num_classes=4, d_model=16, n_layers=1, n_heads=2, causal=False, pool=pool).eval()
     h = bi.features(tokens)
     changed = tokens.clone()
     changed[:, -1] = (tokens[:, -1] + 1) % 7
@@ -134,16 +134,16 @@ def test_classifiers_shapes_and_bidirectionality(name, pool):
 
 def test_baseline_errors_are_clear():
     with pytest.raises(ValueError, match="heads: expected a positive int dividing d_model=16, got 3"):
-        models.build("transformer", vocab_size=5, d_model=16, heads=3)
+        models.build("transformer", vocab_size=5, d_model=16, n_heads=3)
     with pytest.raises(ValueError, match="language model .* must be causal"):
         models.build("linear-transformer", vocab_size=5, causal=False)
     with pytest.raises(ValueError, match="max_len: seq_len 100 is longer than max_len 50"):
         models.build("transformer", vocab_size=5, seq_len=100, max_len=50)
     with pytest.raises(ValueError, match="pool: expected 'mean' or 'last', got 'cls'"):
         models.build("transformer", vocab_size=5, num_classes=2, pool="cls")
-    with pytest.raises(TypeError, match="unexpected keyword"):
+    with pytest.raises(TypeError, match="unknown config key 'widht'; valid keys: d_model"):
         models.build("transformer", vocab_size=5, widht=3)
-    model = models.build("transformer", vocab_size=5, d_model=8, heads=2, max_len=10)
+    model = models.build("transformer", vocab_size=5, d_model=8, n_heads=2, max_len=10)
     with pytest.raises(ValueError, match="length 11 exceeds this model's max_len=10"):
         model(torch.zeros(1, 11, dtype=torch.long))
     with pytest.raises(ValueError, match=r"v: expected shape"):

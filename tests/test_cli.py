@@ -10,7 +10,7 @@ from seqlab.__main__ import main, parse_pairs
 
 
 
-TINY = ["--config", "d_model=16", "depth=1", "heads=2",
+TINY = ["--config", "d_model=16", "n_layers=1", "n_heads=2",
         "--task-config", "min_len=2", "max_len=4", "train_size=64", "test_size=16", "autoregressive_n=4"]
 
 

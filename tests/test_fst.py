@@ -65,7 +65,7 @@ def test_fixed_length_errors():
         block(torch.randn(2, 5, 4))
     with pytest.raises(ValueError, match="seq_len: the fst model has a fixed sequence length"):
         build("fst", vocab_size=5, num_classes=3)
-    model = build("fst", vocab_size=5, num_classes=3, seq_len=8, hidden=4, depth=1)
+    model = build("fst", vocab_size=5, num_classes=3, seq_len=8, d_model=4, n_layers=1)
     with pytest.raises(ValueError, match="fixed sequence length seq_len=8; got length 9"):
         model(torch.zeros(1, 9, dtype=torch.long))
     with pytest.raises(ValueError, match="needs the causal FST"):
@@ -75,7 +75,7 @@ def test_fixed_length_errors():
 def test_causal_fst_language_model_ignores_future_tokens():
     """§4 future work: with the twisted half masked, changing tokens after t never changes outputs <= t."""
     L = 24
-    model = build("fst", vocab_size=11, seq_len=L, hidden=16, depth=2)
+    model = build("fst", vocab_size=11, seq_len=L, d_model=16, n_layers=2)
     model.eval()
     tokens = torch.randint(0, 11, (3, L))
     base = model(tokens)
@@ -92,8 +92,8 @@ def test_causal_fst_language_model_ignores_future_tokens():
 def test_unmasked_fst_is_not_causal():
     """The same check fails without the mask: the twist mixes every position (why §4 needs the mask)."""
     L = 12
-    model = build("fst", vocab_size=7, num_classes=None, seq_len=L, hidden=8, depth=1)
-    model_nc = build("fst", vocab_size=7, num_classes=3, seq_len=L, hidden=8, depth=1, causal=False)
+    model = build("fst", vocab_size=7, num_classes=None, seq_len=L, d_model=8, n_layers=1)
+    model_nc = build("fst", vocab_size=7, num_classes=3, seq_len=L, d_model=8, n_layers=1, causal=False)
     model_nc.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("head")}, strict=False)
     tokens = torch.randint(0, 7, (2, L))
     changed = tokens.clone()
@@ -106,12 +106,12 @@ def test_unmasked_fst_is_not_causal():
 
 def test_padding_rules():
     L = 16
-    lm = build("fst", vocab_size=9, seq_len=L, hidden=8, depth=2).eval()
+    lm = build("fst", vocab_size=9, seq_len=L, d_model=8, n_layers=2).eval()
     tokens = torch.randint(0, 9, (2, L))
     short = lm(tokens[:, :10])                   # padded behind: the padding is in every real token's future
     assert short.shape == (2, 10, 9)
     check(short, lm(tokens)[:, :10], 1e-6, "LM on a prefix = LM on the full sequence, first positions")
-    clf = build("fst", vocab_size=9, num_classes=4, seq_len=L, hidden=8, depth=2).eval()
+    clf = build("fst", vocab_size=9, num_classes=4, seq_len=L, d_model=8, n_layers=2).eval()
     assert clf(tokens[:, :10]).shape == (2, 4)   # padded in front: predicts from the last real token
     x = clf.embed_tokens(tokens[:, :10])
     padded = torch.cat([torch.zeros(2, 6, 8), x], 1)
@@ -123,11 +123,11 @@ def test_padding_rules():
 
 def test_models_shapes_and_parameter_counts():
     V, L, H = 17, 32, 16
-    lrnn = build("lrnn", vocab_size=V, num_classes=10, hidden=H, depth=2)
-    fst = build("fst", vocab_size=V, num_classes=10, seq_len=L, hidden=H, depth=2)
+    lrnn = build("lrnn", vocab_size=V, num_classes=10, d_model=H, n_layers=2)
+    fst = build("fst", vocab_size=V, num_classes=10, seq_len=L, d_model=H, n_layers=2)
     tokens = torch.randint(0, V, (4, L))
     assert lrnn(tokens).shape == (4, 10) and fst(tokens).shape == (4, 10)
-    assert build("lrnn", vocab_size=V, hidden=H).forward(tokens).shape == (4, L, V)
+    assert build("lrnn", vocab_size=V, d_model=H).forward(tokens).shape == (4, L, V)
     # the twisted half adds exactly: W̄_in 2L^2, h̄_0 2L, ν θ 2L, MLP2 2(L^2 + L), LayerNorm 2H, p2 1
     extra = 2 * L * L + 2 * L + 2 * L + 2 * (L * L + L) + 2 * H + 1
     assert count_parameters(fst) - count_parameters(lrnn) == 2 * extra
@@ -136,14 +136,14 @@ def test_models_shapes_and_parameter_counts():
 def test_readout_readouts():
     from seqlab import readout
 
-    model = build("fst", vocab_size=9, num_classes=4, seq_len=12, hidden=8, depth=3)
+    model = build("fst", vocab_size=9, num_classes=4, seq_len=12, d_model=8, n_layers=3)
     with torch.no_grad():
         model.blocks[1].p2.fill_(2.0)
     alphas = readout.fst_alphas(model)
     assert [a["block"] for a in alphas] == [0, 1, 2]
     assert alphas[1]["alpha2"] == pytest.approx(1 / (1 + torch.exp(torch.tensor(-2.0)).item()))
     assert alphas[0]["alpha1"] == 0.5
-    assert readout.fst_alphas(build("lrnn", vocab_size=9, num_classes=4, hidden=8))[0]["alpha2"] is None
+    assert readout.fst_alphas(build("lrnn", vocab_size=9, num_classes=4, d_model=8))[0]["alpha2"] is None
     tokens = torch.randint(0, 9, (5, 12))
     read = readout.fst_representation_changes(model, tokens)
     check(read["logits"], model(tokens).detach(), 1e-6, "read-out logits = model logits")
@@ -156,11 +156,11 @@ def test_readout_readouts():
 def test_parameter_matching_and_twist_cost():
     from seqlab.experiments import lrnn as fst_exp
 
-    cfg = fst_exp.comparison_models(vocab_size=17, num_classes=10, seq_len=32, hidden=16, depth=2)
+    cfg = fst_exp.comparison_models(vocab_size=17, num_classes=10, seq_len=32, d_model=16, n_layers=2)
     target = cfg["fst"][1]
-    assert cfg["lrnn"][0]["depth"] == 4 and cfg["transformer"][0]["depth"] == 2
+    assert cfg["lrnn"][0]["n_layers"] == 4 and cfg["transformer"][0]["n_layers"] == 2
     for name in ("lrnn", "transformer"):
-        width_key = "hidden" if name == "lrnn" else "d_model"
+        width_key = "d_model"
         width, n = cfg[name][0][width_key], cfg[name][1]
         step = 2 if name == "lrnn" else 4
         # no neighbouring width is closer to the FST's count than the chosen one

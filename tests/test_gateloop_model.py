@@ -59,7 +59,7 @@ def test_model_lm_and_classifier(data_controlled):
 
 def test_bad_heads_is_a_clear_error():
     with pytest.raises(ValueError, match="heads"):
-        models.build("gateloop", vocab_size=5, d_model=16, heads=5)
+        models.build("gateloop", vocab_size=5, d_model=16, n_heads=5)
 
 
 def test_readout_reads_the_transitions_of_every_layer():

@@ -9,7 +9,7 @@ from seqlab.sampling import sample_next, supports_streaming
 
 def _lm(name, **kw):
     torch.manual_seed(0)
-    return models.build(name, vocab_size=128, d_model=16, depth=2, **kw)
+    return models.build(name, vocab_size=128, d_model=16, n_layers=2, **kw)
 
 
 @pytest.mark.parametrize("name", ["linear-causalrn", "causalrn"])
@@ -56,10 +56,10 @@ def test_errors():
         seqlab.generate(model, "a", 2, temperature=-1)
     with pytest.raises(ValueError, match="top_k"):
         seqlab.generate(model, "a", 2, top_k=0)
-    small = models.build("linear-causalrn", vocab_size=10, d_model=8, depth=1)
+    small = models.build("linear-causalrn", vocab_size=10, d_model=8, n_layers=1)
     with pytest.raises(ValueError, match="ASCII"):
         seqlab.generate(small, "abc", 2)
-    clf = models.build("birn", vocab_size=10, num_classes=3, d_model=8, depth=1)
+    clf = models.build("birn", vocab_size=10, num_classes=3, d_model=8, n_layers=1)
     with pytest.raises(ValueError, match="causal language model"):
         seqlab.generate(clf, torch.tensor([1, 2]), 2)
 
@@ -68,7 +68,7 @@ def test_fst_continues_a_prompt_shorter_than_its_seq_len():
     """The causal FST pads a short input itself (after the tokens), so generate feeds it any prompt up to
     seq_len and, past it, the last seq_len tokens; greedy tokens are the argmax of its own forward."""
     torch.manual_seed(0)
-    model = models.build("fst", vocab_size=20, seq_len=12, hidden=16, depth=2)
+    model = models.build("fst", vocab_size=20, seq_len=12, d_model=16, n_layers=2)
     prompt = torch.randint(0, 20, (2, 3))
     out = seqlab.generate(model, prompt, 14, temperature=0)
     assert out.shape == (2, 17) and torch.equal(out[:, :3], prompt)

@@ -32,3 +32,42 @@ def test_forward_in_bfloat16_and_under_cpu_autocast(name, num_classes):
         # bfloat16 keeps 8 bits of mantissa: logits within a few percent of the float32 forward
         err = relative_error(out.float(), ref)
         assert err < 0.1, f"{name} ({what}): relative error {err:.3f} to the float32 forward"
+
+
+@pytest.mark.parametrize("name", models.names())
+def test_one_config_vocabulary_builds_every_family(name):
+    """``d_model``, ``n_layers`` and (where the family has heads) ``n_heads`` mean the same in every builder."""
+    keys = models.config_keys(name)
+    assert {"d_model", "n_layers"} <= set(keys), f"{name}: {keys}"
+    config = dict(d_model=32, n_layers=2, **({"n_heads": 2} if "n_heads" in keys else {}))
+    num_classes = 3 if name == "birn" else None
+    model = models.build(name, vocab_size=11, num_classes=num_classes, seq_len=16, **config)
+    assert model.d_model == 32
+    blocks = [b for b in model.blocks if b.__class__.__name__ != "MDTPE"]   # LightNet's positional block
+    assert len(blocks) == 2, f"{name}: n_layers=2 built {len(blocks)} blocks"
+
+
+@pytest.mark.parametrize("name,old,new", [("transformer", "depth", "n_layers"), ("transformer", "heads", "n_heads"),
+                                          ("linear-transformer", "heads", "n_heads"), ("gateloop", "heads", "n_heads"),
+                                          ("lrnn", "hidden", "d_model"), ("fst", "depth", "n_layers"),
+                                          ("causalrn", "depth", "n_layers")])
+def test_old_config_names_warn_and_mean_the_new_ones(name, old, new):
+    value = {"depth": 1, "heads": 2, "hidden": 16}[old]
+    with pytest.warns(DeprecationWarning, match=rf"'{old}' is deprecated; use '{new}'"):
+        a = models.build(name, vocab_size=7, seq_len=8, **{old: value})
+    torch.manual_seed(0)
+    with pytest.warns(DeprecationWarning):
+        a = models.build(name, vocab_size=7, seq_len=8, **{old: value})
+    torch.manual_seed(0)
+    b = models.build(name, vocab_size=7, seq_len=8, **{new: value})
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    with pytest.raises(TypeError, match=f"got both '{old}' and '{new}'"):
+        models.build(name, vocab_size=7, seq_len=8, **{old: value, new: value})
+
+
+def test_unknown_config_key_lists_the_valid_ones_and_the_nearest():
+    with pytest.raises(TypeError, match=r"unknown config key 'd_modle'; did you mean 'd_model'\? valid keys: "
+                                        r"d_model, n_layers, n_heads"):
+        models.build("transformer", vocab_size=5, d_modle=64)
+    with pytest.raises(ValueError, match=r"unknown model 'gatelop'; did you mean 'gateloop'\?"):
+        models.build("gatelop", vocab_size=5)

@@ -7,7 +7,7 @@ from seqlab import experiments, readout, models
 from seqlab.experiments import relation as R
 from seqlab.viz import relation as rviz
 
-TINY = dict(d_model=16, depth=1, batch_size=8, lr=3e-3, train_size=64, test_size=16)
+TINY = dict(d_model=16, n_layers=1, batch_size=8, lr=3e-3, train_size=64, test_size=16)
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +47,7 @@ def test_scaling_records_iterations_or_none():
 
 
 def test_birn_heatmap_is_the_cls_share_of_each_patch():
-    out = R.birn_digits(steps=3, batch_size=8, d_model=16, depth=1, examples=3, progress=False)
+    out = R.birn_digits(steps=3, batch_size=8, d_model=16, n_layers=1, examples=3, progress=False)
     assert out["heatmaps"].shape == (3, 4, 4) and out["images"].shape == (3, 8, 8)
     model, task = out["model"], out["task"]
     tokens = task.tensors("test")["input_ids"][:3]
@@ -67,13 +67,13 @@ def test_birn_heatmap_is_the_cls_share_of_each_patch():
     assert len(fig.data) == 6
     with pytest.raises(ValueError, match="grid"):
         readout.birn_cls_heatmap(model, tokens, (3, 3))
-    lm = models.build("causalrn", vocab_size=10, d_model=8, depth=1)
+    lm = models.build("causalrn", vocab_size=10, d_model=8, n_layers=1)
     with pytest.raises(ValueError, match="CLS token"):
         readout.birn_cls_heatmap(lm, torch.randint(0, 10, (1, 4)), (2, 2))
 
 
 def test_text_model_samples_through_the_stream():
-    out = R.text_model(steps=2, batch_size=4, d_model=16, depth=1, seq_len=32, max_chars=5000, new_tokens=10,
+    out = R.text_model(steps=2, batch_size=4, d_model=16, n_layers=1, seq_len=32, max_chars=5000, new_tokens=10,
                        progress=False)
     assert out["sample"].startswith("Return the ") and len(out["sample"]) == len("Return the ") + 10
     assert out["bits_per_char"] > 0

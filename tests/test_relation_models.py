@@ -41,7 +41,7 @@ def test_block_step_equals_forward(config):
 
 @pytest.mark.parametrize("name", ["causalrn", "linear-causalrn"])
 def test_model_step_equals_forward_and_is_causal(name):
-    model = models.build(name, vocab_size=11, d_model=16, depth=2, state_expansion=2)
+    model = models.build(name, vocab_size=11, d_model=16, n_layers=2, state_expansion=2)
     tokens = torch.randint(0, 11, (2, 9))
     logits = model(tokens)
     assert logits.shape == (2, 9, 11)
@@ -60,7 +60,7 @@ def test_model_step_equals_forward_and_is_causal(name):
 def test_birn_is_a_classifier_only():
     with pytest.raises(ValueError, match="birn: a BiRN is bidirectional"):
         models.build("birn", vocab_size=10)
-    model = models.build("birn", vocab_size=10, num_classes=4, d_model=8, depth=2, max_len=16)
+    model = models.build("birn", vocab_size=10, num_classes=4, d_model=8, n_layers=2, max_len=16)
     tokens = torch.randint(0, 10, (3, 16))
     assert model(tokens).shape == (3, 4)
     # bidirectional: the CLS output depends on the last token
@@ -78,15 +78,15 @@ def test_refusals():
         models.build("linear-causalrn", vocab_size=5, activation="relu")
     with pytest.raises(ValueError, match="state_expansion"):
         models.build("causalrn", vocab_size=5, state_expansion=0)
-    with pytest.raises(TypeError, match="unexpected keyword"):
-        models.build("causalrn", vocab_size=5, heads=2)
+    with pytest.raises(TypeError, match=r"unknown config key 'heads'; .*valid keys: d_model, n_layers"):
+        models.build("causalrn", vocab_size=5, heads=2)     # a CausalRN has no heads
     with pytest.raises(ValueError, match=r"x: expected shape \(B, L, 4\)"):
         CausalRNBlock(4)(torch.randn(2, 3, 5))
 
 
 def test_config_and_initialisation_follow_appendix_b():
     depth, d = 4, 96
-    model = models.build("causalrn", vocab_size=300, d_model=d, depth=depth, state_expansion=2, post_norm=False)
+    model = models.build("causalrn", vocab_size=300, d_model=d, n_layers=depth, state_expansion=2, post_norm=False)
     block = model.blocks[0]
     assert block.d_hidden == 2 * d and block.post_norm is None and block.pre_norm == "exact" and block.mode == "quadratic"
     # N(0, 0.02) weights, W_out / sqrt(#residual connections), zero biases, N(0, 1) embeddings;

@@ -20,7 +20,7 @@ def small_copy():
 
 def tiny(task, seed=0, **kw):
     seed_everything(seed)
-    cfg = dict(d_model=16, depth=1, heads=2, mlp_ratio=2.0)
+    cfg = dict(d_model=16, n_layers=1, n_heads=2, mlp_ratio=2.0)
     cfg.update(kw)
     return models.build("transformer", vocab_size=task.vocab_size, **cfg)
 
@@ -202,7 +202,7 @@ def test_unwritable_checkpoint_fails_before_the_first_step(small_copy, tmp_path,
 
 def test_mismatched_vocabulary_names_both_sizes():
     task = tasks.copying()                                           # vocab 30
-    model = models.build("transformer", vocab_size=20, d_model=16, depth=1, heads=2)
+    model = models.build("transformer", vocab_size=20, d_model=16, n_layers=1, n_heads=2)
     msg = r"task 'copying' has vocab_size 30 but model 'transformer' was built with vocab_size 20"
     with pytest.raises(ValueError, match=msg):
         train.fit(model, task, steps=1, batch_size=2, lr=1e-3, progress=False)
@@ -212,16 +212,16 @@ def test_mismatched_vocabulary_names_both_sizes():
 
 def test_mismatched_classes_and_lengths_name_both_sizes():
     copy_task, digit_task = tasks.copying(), tasks.digits()
-    clf3 = models.build("transformer", vocab_size=30, num_classes=3, d_model=16, depth=1, heads=2)
+    clf3 = models.build("transformer", vocab_size=30, num_classes=3, d_model=16, n_layers=1, n_heads=2)
     with pytest.raises(ValueError, match=r"language-model task .* classifier with num_classes 3"):
         train.fit(clf3, copy_task, steps=1, batch_size=2, lr=1e-3, progress=False)
     with pytest.raises(ValueError, match=r"task 'digits' has num_classes 10 but model 'transformer' was built "
                                          r"with num_classes 3"):
         train.fit(clf3, digit_task, steps=1, batch_size=2, lr=1e-3, progress=False)
-    lm = models.build("transformer", vocab_size=17, d_model=16, depth=1, heads=2)
+    lm = models.build("transformer", vocab_size=17, d_model=16, n_layers=1, n_heads=2)
     with pytest.raises(ValueError, match=r"classification task with num_classes 10 .* language model"):
         train.fit(lm, digit_task, steps=1, batch_size=2, lr=1e-3, progress=False)
-    short = models.build("linear-transformer", vocab_size=30, d_model=16, depth=1, heads=2, max_len=10)
+    short = models.build("linear-transformer", vocab_size=30, d_model=16, n_layers=1, n_heads=2, max_len=10)
     with pytest.raises(ValueError, match=r"task 'copying' has seq_len 18 but model 'linear-transformer' accepts "
                                          r"at most max_len 10"):
         train.fit(short, copy_task, steps=1, batch_size=2, lr=1e-3, progress=False)

@@ -49,7 +49,7 @@ def accuracy_by_span(model, task, split: str = "test", bins=None, batch_size: in
 
 @experiment("gateloop-memory-horizon")
 def memory_horizon_comparison(*, profile: str | None = None, seq_len: int | None = None, steps: int | None = None,
-                              d_model: int | None = None, n_layers: int | None = None, heads: int | None = None,
+                              d_model: int | None = None, n_layers: int | None = None, n_heads: int | None = None,
                               batch_size: int = 32, lr: float | None = None, train_size: int | None = None,
                               test_size: int | None = None, seed: int = 0, progress: bool = True,
                               callbacks=()) -> dict:
@@ -67,7 +67,7 @@ def memory_horizon_comparison(*, profile: str | None = None, seq_len: int | None
         steps=steps or (18750 if full else 250),
         d_model=d_model or (64 if full else 32),
         n_layers=n_layers or (4 if full else 2),
-        heads=heads,
+        n_heads=n_heads,
         lr=lr or (2.5e-3 if full else 5e-3),
         train_size=train_size or 2000,
         test_size=test_size or (500 if full else 200),
@@ -79,7 +79,7 @@ def memory_horizon_comparison(*, profile: str | None = None, seq_len: int | None
     for variant, data_controlled in (("data_controlled", True), ("fixed", False)):
         config.seed_everything(seed)
         model = models.build("gateloop", vocab_size=task.vocab_size, d_model=cfg["d_model"], n_layers=cfg["n_layers"],
-                             heads=cfg["heads"], d_ff=2 * cfg["d_model"], data_controlled=data_controlled)
+                             n_heads=cfg["n_heads"], d_ff=2 * cfg["d_model"], data_controlled=data_controlled)
         history = train.fit(model, task, steps=cfg["steps"], batch_size=batch_size, lr=cfg["lr"], seed=seed,
                             weight_decay=0.05, warmup=10000 if full else None, progress=progress,
                             desc=f"GateLoop {variant}",

@@ -16,8 +16,8 @@ blocks of hidden size 256, sequences up to 2000; §3.2 pixel MNIST: 2 FST blocks
 ``threads=1`` in the quick profile: small models on a busy shared CPU train many times faster
 on one intra-op thread (and the result does not depend on it).
 
-Matching rule: the FST model sets the budget (``hidden``, ``depth``); LRNN-only uses
-``2 * depth`` blocks (an FST block is two halves), the Transformer ``depth`` blocks; the width of
+Matching rule: the FST model sets the budget (``d_model``, ``n_layers``); LRNN-only uses
+``2 * n_layers`` blocks (an FST block is two halves), the Transformer ``n_layers`` blocks; the width of
 each is the one whose parameter count is closest to the FST's.
 """
 from __future__ import annotations
@@ -35,17 +35,17 @@ __all__ = ["SIZES", "make_task", "matched_width", "comparison_models", "fst_comp
 
 SIZES = {
     "digits": {
-        "quick": dict(hidden=32, depth=2, steps=120, batch_size=32, lr=5e-3, transformer_lr=3e-3, eval_every=40,
+        "quick": dict(d_model=32, n_layers=2, steps=120, batch_size=32, lr=5e-3, transformer_lr=3e-3, eval_every=40,
                       threads=1, task_kwargs={}),
-        "full": dict(hidden=128, depth=2, steps=6000, batch_size=64, lr=1e-3, transformer_lr=1e-4, eval_every=500,
+        "full": dict(d_model=128, n_layers=2, steps=6000, batch_size=64, lr=1e-3, transformer_lr=1e-4, eval_every=500,
                      threads=None, task_kwargs={}),
     },
     "listops": {
         # quick: shallow expressions (depth <= 3, <= 4 arguments, 4..32 tokens) that a CPU learns in seconds
-        "quick": dict(hidden=32, depth=2, steps=200, batch_size=32, lr=5e-3, transformer_lr=3e-3, eval_every=50,
+        "quick": dict(d_model=32, n_layers=2, steps=200, batch_size=32, lr=5e-3, transformer_lr=3e-3, eval_every=50,
                       threads=1, task_kwargs=dict(n_train=4000, n_validation=500, n_test=500, max_depth=3,
                                                   max_args=4, min_length=4, max_length=32)),
-        "full": dict(hidden=256, depth=6, steps=100_000, batch_size=16, lr=1e-4, transformer_lr=1e-4,
+        "full": dict(d_model=256, n_layers=6, steps=100_000, batch_size=16, lr=1e-4, transformer_lr=1e-4,
                      eval_every=5000, threads=None,
                      task_kwargs=dict(n_train=96_000, n_validation=2000, n_test=2000, max_depth=10, max_args=10,
                                       min_length=500, max_length=2000)),
@@ -70,10 +70,6 @@ def make_task(task: str, **task_kwargs):
     raise ValueError(f"task: expected 'digits' or 'listops', got {task!r}")
 
 
-def _width_key(name: str) -> str:
-    return "d_model" if name in ("transformer", "linear-transformer") else "hidden"
-
-
 def matched_width(name: str, target: int, *, widths, vocab_size: int, num_classes: int | None, seq_len: int,
                   **config_) -> tuple[int, int]:
     """``(width, params)``: the width among ``widths`` whose model has the parameter count closest to ``target``.
@@ -86,7 +82,7 @@ def matched_width(name: str, target: int, *, widths, vocab_size: int, num_classe
 
     def params(i: int) -> int:
         return count_parameters(build(name, vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len,
-                                      **{_width_key(name): widths[i]}, **config_))
+                                      d_model=widths[i], **config_))
 
     lo, hi = 0, len(widths) - 1          # invariant: the first width with params >= target lies in [lo, hi]
     while lo < hi:
@@ -99,19 +95,20 @@ def matched_width(name: str, target: int, *, widths, vocab_size: int, num_classe
     return min(candidates, key=lambda wn: (abs(wn[1] - target), wn[0]))
 
 
-def comparison_models(*, vocab_size: int, num_classes: int | None, seq_len: int, hidden: int, depth: int) -> dict:
+def comparison_models(*, vocab_size: int, num_classes: int | None, seq_len: int, d_model: int, n_layers: int) -> dict:
     """The three models at matched parameter counts: ``{name: (config, params)}``."""
     from seqlab.models import build, count_parameters
 
-    fst_cfg = dict(hidden=hidden, depth=depth)
+    fst_cfg = dict(d_model=d_model, n_layers=n_layers)
     target = count_parameters(build("fst", vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len, **fst_cfg))
     common = dict(vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len)
-    w_lrnn, n_lrnn = matched_width("lrnn", target, widths=range(8, 8 * hidden + 1, 2), depth=2 * depth, **common)
-    tf_extra = dict(depth=depth, heads=4, pool="last", causal=False, max_len=seq_len)
-    w_tf, n_tf = matched_width("transformer", target, widths=range(8, 8 * hidden + 1, 4), **tf_extra, **common)
+    w_lrnn, n_lrnn = matched_width("lrnn", target, widths=range(8, 8 * d_model + 1, 2), n_layers=2 * n_layers,
+                                   **common)
+    tf_extra = dict(n_layers=n_layers, n_heads=4, pool="last", causal=False, max_len=seq_len)
+    w_tf, n_tf = matched_width("transformer", target, widths=range(8, 8 * d_model + 1, 4), **tf_extra, **common)
     return {
         "fst": (fst_cfg, target),
-        "lrnn": (dict(hidden=w_lrnn, depth=2 * depth), n_lrnn),
+        "lrnn": (dict(d_model=w_lrnn, n_layers=2 * n_layers), n_lrnn),
         "transformer": (dict(d_model=w_tf, **tf_extra), n_tf),
     }
 
@@ -133,7 +130,7 @@ def fst_comparison(*, task: str = "digits", profile: str | None = None, models=(
     sizes = _sizes(task, profile, overrides)
     data = make_task(task, **sizes["task_kwargs"])
     configs = comparison_models(vocab_size=data.vocab_size, num_classes=data.num_classes, seq_len=data.seq_len,
-                                hidden=sizes["hidden"], depth=sizes["depth"])
+                                d_model=sizes["d_model"], n_layers=sizes["n_layers"])
     unknown = set(models) - set(configs)
     if unknown:
         raise ValueError(f"models: expected names among {sorted(configs)}, got {sorted(unknown)}")
@@ -160,17 +157,18 @@ def fst_comparison(*, task: str = "digits", profile: str | None = None, models=(
 
 @experiment("fst-parameter-table")
 def parameter_table(*, vocab_size: int = 17, num_classes: int | None = 10, seq_len: int = 64,
-                    hiddens=(16, 32, 64, 128), depths=(1, 2)) -> dict:
-    """Parameter counts of FST and its matched LRNN-only and Transformer models over hidden sizes and depths."""
+                    widths=(16, 32, 64, 128), depths=(1, 2)) -> dict:
+    """Parameter counts of FST and its matched LRNN-only and Transformer models over widths (``d_model``)
+    and depths (``n_layers``, FST blocks)."""
     rows = []
-    for depth in depths:
-        for hidden in hiddens:
-            cfg = comparison_models(vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len, hidden=hidden,
-                                    depth=depth)
-            rows.append({"hidden": hidden, "fst_blocks": depth,
+    for n_layers in depths:
+        for d_model in widths:
+            cfg = comparison_models(vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len, d_model=d_model,
+                                    n_layers=n_layers)
+            rows.append({"d_model": d_model, "fst_blocks": n_layers,
                          "fst": cfg["fst"][1],
-                         "lrnn_only": cfg["lrnn"][1], "lrnn_only_width": cfg["lrnn"][0]["hidden"],
-                         "lrnn_only_blocks": cfg["lrnn"][0]["depth"],
+                         "lrnn_only": cfg["lrnn"][1], "lrnn_only_width": cfg["lrnn"][0]["d_model"],
+                         "lrnn_only_blocks": cfg["lrnn"][0]["n_layers"],
                          "transformer": cfg["transformer"][1], "transformer_width": cfg["transformer"][0]["d_model"]})
     return {"rows": rows, "seq_len": seq_len, "vocab_size": vocab_size}
 

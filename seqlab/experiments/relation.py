@@ -27,31 +27,31 @@ __all__ = ["copying_pair", "copying_ablation", "copying_scaling", "birn_digits",
 # Sizes per profile. "quick" is tuned to run on 2 busy CPU cores; "full" follows the papers.
 SIZES = {
     "copying": {
-        "quick": dict(length=16, d_model=64, depth=1, steps=250, batch_size=16, lr=3e-3, train_size=8000,
+        "quick": dict(length=16, d_model=64, n_layers=1, steps=250, batch_size=16, lr=3e-3, train_size=8000,
                       test_size=256, eval_every=25),
-        "full": dict(length=128, d_model=192, depth=12, steps=2000, batch_size=320, lr=5e-4, train_size=400_000,
+        "full": dict(length=128, d_model=192, n_layers=12, steps=2000, batch_size=320, lr=5e-4, train_size=400_000,
                      test_size=1024, eval_every=50),
     },
     "ablation": {
-        "quick": dict(length=6, d_model=64, depth=1, steps=120, batch_size=16, lr=3e-3, train_size=4000,
+        "quick": dict(length=6, d_model=64, n_layers=1, steps=120, batch_size=16, lr=3e-3, train_size=4000,
                       test_size=128, eval_every=20),
-        "full": dict(length=128, d_model=192, depth=12, steps=2000, batch_size=320, lr=5e-4, train_size=400_000,
+        "full": dict(length=128, d_model=192, n_layers=12, steps=2000, batch_size=320, lr=5e-4, train_size=400_000,
                      test_size=1024, eval_every=50),
     },
     "scaling": {
-        "quick": dict(lengths=(4, 8), d_model=64, depth=1, max_steps=150, batch_size=16, lr=3e-3, train_size=4000,
+        "quick": dict(lengths=(4, 8), d_model=64, n_layers=1, max_steps=150, batch_size=16, lr=3e-3, train_size=4000,
                       test_size=128, eval_every=10),
-        "full": dict(lengths=(16, 32, 64, 128, 256), d_model=192, depth=12, max_steps=2000, batch_size=320, lr=5e-4,
+        "full": dict(lengths=(16, 32, 64, 128, 256), d_model=192, n_layers=12, max_steps=2000, batch_size=320, lr=5e-4,
                      train_size=400_000, test_size=1024, eval_every=10),
     },
     "birn": {
-        "quick": dict(d_model=32, depth=2, steps=400, batch_size=32, lr=3e-3, levels=2, pre_norm="approx"),
-        "full": dict(d_model=192, depth=6, steps=3000, batch_size=320, lr=5e-4, levels=4, pre_norm="none"),
+        "quick": dict(d_model=32, n_layers=2, steps=400, batch_size=32, lr=3e-3, levels=2, pre_norm="approx"),
+        "full": dict(d_model=192, n_layers=6, steps=3000, batch_size=320, lr=5e-4, levels=4, pre_norm="none"),
     },
     "text": {
-        "quick": dict(d_model=64, depth=2, steps=150, batch_size=32, lr=3e-3, seq_len=64, max_chars=300_000),
+        "quick": dict(d_model=64, n_layers=2, steps=150, batch_size=32, lr=3e-3, seq_len=64, max_chars=300_000),
         # the stdlib corpus has ~1.6 M characters: for a long full-size run pass dataset="wikitext" (000 §4.3)
-        "full": dict(d_model=768, depth=12, steps=5_000, batch_size=320, lr=1e-4, seq_len=512, max_chars=None),
+        "full": dict(d_model=768, n_layers=12, steps=5_000, batch_size=320, lr=1e-4, seq_len=512, max_chars=None),
     },
 }
 
@@ -72,7 +72,7 @@ def _copy_task(length: int, train_size: int, test_size: int, seed: int):
                          autoregressive_n=0)
 
 
-def train_copying(model_name: str, task, *, d_model: int, depth: int, steps: int, batch_size: int, lr: float,
+def train_copying(model_name: str, task, *, d_model: int, n_layers: int, steps: int, batch_size: int, lr: float,
                   eval_every: int, seed: int = 0, callbacks=(), progress: bool = True, stop_at: float | None = None,
                   **model_config):
     """Build ``model_name`` for ``task`` and fit it; ``stop_at``: stop once the test accuracy reaches it.
@@ -81,8 +81,8 @@ def train_copying(model_name: str, task, *, d_model: int, depth: int, steps: int
     from seqlab import models, train
 
     config.seed_everything(seed)
-    extra = {"heads": 1} if "transformer" in model_name else {}   # 001 App. D: one head was best
-    model = models.build(model_name, vocab_size=task.vocab_size, d_model=d_model, depth=depth, **extra, **model_config)
+    extra = {"n_heads": 1} if "transformer" in model_name else {}   # 001 App. D: one head was best
+    model = models.build(model_name, vocab_size=task.vocab_size, d_model=d_model, n_layers=n_layers, **extra, **model_config)
     callbacks = list(callbacks)
     if stop_at is not None:
         callbacks.append(_StopAt(stop_at))
@@ -113,7 +113,7 @@ def copying_pair(*, profile: str | None = None, seed: int = 0, callbacks=(), pro
     "models": {name: trained model}, "task": the copying task, "sizes": ...}``."""
     s = profile_sizes(SIZES["copying"], profile, sizes)
     task = _copy_task(s["length"], s["train_size"], s["test_size"], seed)
-    run = {k: s[k] for k in ("d_model", "depth", "steps", "batch_size", "lr", "eval_every")}
+    run = {k: s[k] for k in ("d_model", "n_layers", "steps", "batch_size", "lr", "eval_every")}
     out = {"accuracy": {}, "histories": {}, "models": {}, "task": task, "sizes": s}
     for name in ("causalrn", "linear-causalrn"):
         cbs = [cb.run(name) if hasattr(cb, "run") else cb for cb in callbacks]
@@ -136,7 +136,7 @@ def copying_ablation(*, profile: str | None = None, seed: int = 0, groups=None, 
     if bad:
         raise ValueError(f"groups: unknown {bad}; expected some of {list(ABLATION_VARIANTS)}")
     task = _copy_task(s["length"], s["train_size"], s["test_size"], seed)
-    run = {k: s[k] for k in ("d_model", "depth", "steps", "batch_size", "lr", "eval_every")}
+    run = {k: s[k] for k in ("d_model", "n_layers", "steps", "batch_size", "lr", "eval_every")}
     cache: dict[tuple, object] = {}
     out = {"groups": {}, "final": {}, "sizes": s}
     for group in groups:
@@ -158,7 +158,7 @@ def copying_scaling(*, profile: str | None = None, seed: int = 0, names=("causal
 
     Returns ``{"lengths": [...], "iterations": {name: [steps or None (not reached)]}, "final": ...}``."""
     s = profile_sizes(SIZES["scaling"], profile, sizes)
-    run = {k: s[k] for k in ("d_model", "depth", "batch_size", "lr", "eval_every")}
+    run = {k: s[k] for k in ("d_model", "n_layers", "batch_size", "lr", "eval_every")}
     out = {"lengths": list(s["lengths"]), "iterations": {}, "final": {}, "max_steps": s["max_steps"], "sizes": s}
     for name in names:
         out["iterations"][name], out["final"][name] = [], []
@@ -186,7 +186,7 @@ def birn_digits(*, profile: str | None = None, seed: int = 0, callbacks=(), prog
     task = tasks.digits(layout="patches", levels=s["levels"])
     config.seed_everything(seed)
     model = models.build("birn", vocab_size=task.vocab_size, num_classes=task.num_classes, max_len=task.seq_len,
-                         d_model=s["d_model"], depth=s["depth"], pre_norm=s["pre_norm"])
+                         d_model=s["d_model"], n_layers=s["n_layers"], pre_norm=s["pre_norm"])
     history = train.fit(model, task, steps=s["steps"], batch_size=s["batch_size"], lr=s["lr"], seed=seed,
                         callbacks=callbacks, progress=progress, desc="birn")
     test = task.tensors("test")
@@ -223,7 +223,7 @@ def text_model(*, profile: str | None = None, seed: int = 0, callbacks=(), progr
     s = profile_sizes(SIZES["text"], profile, sizes)
     task = tasks.text(dataset=dataset, dataset_config=dataset_config, seq_len=s["seq_len"], max_chars=s["max_chars"])
     config.seed_everything(seed)
-    model = models.build("linear-causalrn", vocab_size=task.vocab_size, d_model=s["d_model"], depth=s["depth"],
+    model = models.build("linear-causalrn", vocab_size=task.vocab_size, d_model=s["d_model"], n_layers=s["n_layers"],
                          max_len=max(s["seq_len"], len(prompt) + new_tokens))
     history = train.fit(model, task, steps=s["steps"], batch_size=s["batch_size"], lr=s["lr"], seed=seed,
                         callbacks=callbacks, progress=progress, desc="linear-causalrn (text)")

@@ -5,7 +5,7 @@ learned positions (up to ``max_len`` tokens), built as a causal language model
 (``num_classes=None``) or as a sequence classifier (``num_classes=C``, pooled ``"mean"`` or
 ``"last"``; ``causal=False`` makes a classifier bidirectional)::
 
-    model = seqlab.models.build("transformer", vocab_size=30, d_model=64, depth=2, heads=4)
+    model = seqlab.models.build("transformer", vocab_size=30, d_model=64, n_layers=2, n_heads=4)
 """
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ def _max_len(max_len: int | None, seq_len: int | None) -> int:
     return max_len
 
 
-def _check_config(d_model, depth, pool, causal, num_classes) -> None:
+def _check_config(d_model, n_layers, pool, causal, num_classes) -> None:
     if not isinstance(d_model, int) or d_model < 1:
         raise ValueError(f"d_model: expected a positive int, got {d_model!r}")
-    if not isinstance(depth, int) or depth < 1:
-        raise ValueError(f"depth: expected a positive int, got {depth!r}")
+    if not isinstance(n_layers, int) or n_layers < 1:
+        raise ValueError(f"n_layers: expected a positive int, got {n_layers!r}")
     if pool not in ("mean", "last"):
         raise ValueError(f"pool: expected 'mean' or 'last', got {pool!r}")
     if num_classes is None and not causal:
@@ -40,12 +40,12 @@ def _check_config(d_model, depth, pool, causal, num_classes) -> None:
                          "causal=False is for classifiers (pass num_classes=C)")
 
 
-def _stack(block_cls, *, vocab_size, num_classes, seq_len, d_model, depth, max_len, pool, causal, **block_kw):
-    _check_config(d_model, depth, pool, causal, num_classes)
-    blocks = [block_cls(d_model, causal=causal, **block_kw) for _ in range(depth)]
+def _stack(block_cls, *, vocab_size, num_classes, seq_len, d_model, n_layers, max_len, pool, causal, **block_kw):
+    _check_config(d_model, n_layers, pool, causal, num_classes)
+    blocks = [block_cls(d_model, causal=causal, **block_kw) for _ in range(n_layers)]
     for block in blocks:  # output projections scaled by sqrt(#residual connections) (paper 001, App. D)
-        scale_residual_init(block.out, 2 * depth)
-        scale_residual_init(block.mlp.proj, 2 * depth)
+        scale_residual_init(block.out, 2 * n_layers)
+        scale_residual_init(block.mlp.proj, 2 * n_layers)
     return SequenceModel(vocab_size=vocab_size, d_model=d_model, blocks=blocks, num_classes=num_classes,
                          seq_len=None, max_len=_max_len(max_len, seq_len), learned_positions=True,
                          pool=pool, causal=causal)
@@ -53,21 +53,21 @@ def _stack(block_cls, *, vocab_size, num_classes, seq_len, d_model, depth, max_l
 
 @register("transformer")
 def build_transformer(*, vocab_size: int, num_classes: int | None = None, seq_len: int | None = None,
-                      d_model: int = 64, depth: int = 2, heads: int = 4, mlp_ratio: float = 4.0,
+                      d_model: int = 64, n_layers: int = 2, n_heads: int = 4, mlp_ratio: float = 4.0,
                       dropout: float = 0.0, max_len: int | None = None, causal: bool = True,
                       pool: str = "mean") -> SequenceModel:
     """Pre-norm softmax Transformer with learned positions (``max_len`` default 512, or ``seq_len`` if longer)."""
     return _stack(TransformerBlock, vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len,
-                  d_model=d_model, depth=depth, max_len=max_len, pool=pool, causal=causal,
-                  heads=heads, mlp_ratio=mlp_ratio, dropout=dropout)
+                  d_model=d_model, n_layers=n_layers, max_len=max_len, pool=pool, causal=causal,
+                  heads=n_heads, mlp_ratio=mlp_ratio, dropout=dropout)
 
 
 @register("linear-transformer")
 def build_linear_transformer(*, vocab_size: int, num_classes: int | None = None, seq_len: int | None = None,
-                             d_model: int = 64, depth: int = 2, heads: int = 4, mlp_ratio: float = 4.0,
+                             d_model: int = 64, n_layers: int = 2, n_heads: int = 4, mlp_ratio: float = 4.0,
                              dropout: float = 0.0, max_len: int | None = None, causal: bool = True,
                              pool: str = "mean", mode: str = "chunked", chunk: int = 64) -> SequenceModel:
     """Pre-norm Linear Transformer (elu+1 features; causal by cumulative sums, chunked) with learned positions."""
     return _stack(LinearTransformerBlock, vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len,
-                  d_model=d_model, depth=depth, max_len=max_len, pool=pool, causal=causal,
-                  heads=heads, mlp_ratio=mlp_ratio, dropout=dropout, mode=mode, chunk=chunk)
+                  d_model=d_model, n_layers=n_layers, max_len=max_len, pool=pool, causal=causal,
+                  heads=n_heads, mlp_ratio=mlp_ratio, dropout=dropout, mode=mode, chunk=chunk)

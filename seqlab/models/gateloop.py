@@ -19,7 +19,7 @@ __all__ = ["build_gateloop"]
 @register("gateloop")
 def build_gateloop(*, vocab_size: int, num_classes: int | None = None, seq_len: int | None = None,
                    d_model: int = 64, n_layers: int = 4, d_qk: int | None = None, d_v: int | None = None,
-                   heads: int | None = None, d_ff: int = 128, data_controlled: bool = True, mode: str = "auto",
+                   n_heads: int | None = None, d_ff: int = 128, data_controlled: bool = True, mode: str = "auto",
                    dropout: float = 0.0, pool: str = "last") -> SequenceModel:
     """GateLoop model (any length; causal, so it is a language model or a last-position classifier)."""
     for name, value in (("d_model", d_model), ("n_layers", n_layers), ("d_ff", d_ff)):
@@ -27,8 +27,8 @@ def build_gateloop(*, vocab_size: int, num_classes: int | None = None, seq_len: 
             raise ValueError(f"{name}: expected a positive int, got {value!r}")
     d_qk = d_qk or d_model
     d_v = d_v or d_model
-    heads = heads or d_qk
-    blocks = [GateLoopBlock(d_model, d_qk=d_qk, d_v=d_v, heads=heads, d_ff=d_ff, data_controlled=data_controlled,
+    n_heads = n_heads or d_qk
+    blocks = [GateLoopBlock(d_model, d_qk=d_qk, d_v=d_v, heads=n_heads, d_ff=d_ff, data_controlled=data_controlled,
                             mode=mode, dropout=dropout) for _ in range(n_layers)]
     for block in blocks:
         scale_residual_init(block.time_mixing.out, 2 * n_layers)

@@ -48,39 +48,39 @@ class FSTModel(SequenceModel):
         return self.norm(x)
 
 
-def _check_config(hidden: int, depth: int) -> None:
-    if not isinstance(hidden, int) or hidden < 1:
-        raise ValueError(f"hidden: expected a positive int, got {hidden!r}")
-    if not isinstance(depth, int) or depth < 1:
-        raise ValueError(f"depth: expected a positive int, got {depth!r}")
+def _check_config(d_model: int, n_layers: int) -> None:
+    if not isinstance(d_model, int) or d_model < 1:
+        raise ValueError(f"d_model: expected a positive int, got {d_model!r}")
+    if not isinstance(n_layers, int) or n_layers < 1:
+        raise ValueError(f"n_layers: expected a positive int, got {n_layers!r}")
 
 
 @register("lrnn")
-def build_lrnn(*, vocab_size: int, num_classes: int | None = None, seq_len: int | None = None, hidden: int = 64,
-               depth: int = 2, norm: bool = True, mode: str = "auto", r_min: float = 0.9, r_max: float = 0.999,
+def build_lrnn(*, vocab_size: int, num_classes: int | None = None, seq_len: int | None = None, d_model: int = 64,
+               n_layers: int = 2, norm: bool = True, mode: str = "auto", r_min: float = 0.9, r_max: float = 0.999,
                gamma_norm: bool = True) -> SequenceModel:
     """LRNN-only blocks (002 §3.5 ablation). Any length; causal, so it is also a language model."""
-    _check_config(hidden, depth)
-    blocks = [LRNNBlock(hidden, norm=norm, mode=mode, r_min=r_min, r_max=r_max, gamma_norm=gamma_norm)
-              for _ in range(depth)]
-    return SequenceModel(vocab_size=vocab_size, d_model=hidden, blocks=blocks, num_classes=num_classes,
+    _check_config(d_model, n_layers)
+    blocks = [LRNNBlock(d_model, norm=norm, mode=mode, r_min=r_min, r_max=r_max, gamma_norm=gamma_norm)
+              for _ in range(n_layers)]
+    return SequenceModel(vocab_size=vocab_size, d_model=d_model, blocks=blocks, num_classes=num_classes,
                          seq_len=None, pool="last", causal=True, embed_std=1.0)
 
 
 @register("fst")
-def build_fst(*, vocab_size: int, num_classes: int | None = None, seq_len: int | None = None, hidden: int = 64,
-              depth: int = 2, causal: bool | None = None, norm: bool = True, mode: str = "auto", r_min: float = 0.9,
+def build_fst(*, vocab_size: int, num_classes: int | None = None, seq_len: int | None = None, d_model: int = 64,
+              n_layers: int = 2, causal: bool | None = None, norm: bool = True, mode: str = "auto", r_min: float = 0.9,
               r_max: float = 0.999, gamma_norm: bool = True) -> FSTModel:
     """FST blocks (002 Fig. 1). ``seq_len`` is required. ``causal`` defaults to ``num_classes is None``
     (a language model must be causal; a classifier uses the paper's unmasked twist)."""
-    _check_config(hidden, depth)
+    _check_config(d_model, n_layers)
     if seq_len is None:
         raise ValueError("seq_len: the fst model has a fixed sequence length (002 §4); pass seq_len=L")
     if causal is None:
         causal = num_classes is None
     if num_classes is None and not causal:
         raise ValueError("causal: a language model (num_classes=None) needs the causal FST; got causal=False")
-    blocks = [FSTBlock(hidden, seq_len, causal=causal, norm=norm, mode=mode, r_min=r_min, r_max=r_max,
-                       gamma_norm=gamma_norm) for _ in range(depth)]
-    return FSTModel(vocab_size=vocab_size, d_model=hidden, blocks=blocks, num_classes=num_classes,
+    blocks = [FSTBlock(d_model, seq_len, causal=causal, norm=norm, mode=mode, r_min=r_min, r_max=r_max,
+                       gamma_norm=gamma_norm) for _ in range(n_layers)]
+    return FSTModel(vocab_size=vocab_size, d_model=d_model, blocks=blocks, num_classes=num_classes,
                     seq_len=seq_len, max_len=seq_len, pool="last", causal=causal, embed_std=1.0)

@@ -1,6 +1,9 @@
 """The model registry behind ``seqlab.models.build(name, ...)`` (design.md §3)."""
 from __future__ import annotations
 
+import difflib
+import inspect
+import warnings
 from typing import Callable
 
 import torch.nn as nn
@@ -24,27 +27,64 @@ def names() -> list[str]:
     return sorted(_BUILDERS)
 
 
+# One config vocabulary for every family (design.md §3): the old per-family names still work, with a warning.
+DEPRECATED_KEYS = {"hidden": "d_model", "depth": "n_layers", "heads": "n_heads"}
+_BUILD_ARGS = ("vocab_size", "num_classes", "seq_len")
+
+
+def config_keys(name: str) -> list[str]:
+    """The config keys ``build(name, ...)`` accepts besides ``vocab_size``, ``num_classes`` and ``seq_len``."""
+    _check_name(name)
+    params = inspect.signature(_BUILDERS[name]).parameters
+    return [k for k, p in params.items() if k not in _BUILD_ARGS and p.kind == p.KEYWORD_ONLY]
+
+
+def _check_name(name: str) -> None:
+    if name not in _BUILDERS:
+        near = difflib.get_close_matches(str(name), names(), n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise ValueError(f"name: unknown model {name!r}{hint} Expected one of {names()}")
+
+
+def canonical_config(name: str, config: dict) -> dict:
+    """``config`` in the shared vocabulary: deprecated keys renamed (with a ``DeprecationWarning`` naming the
+    new key), unknown keys refused with the list of valid ones and the nearest match."""
+    valid = config_keys(name)
+    out = {}
+    for key, value in config.items():
+        new = DEPRECATED_KEYS.get(key)
+        if new is not None and new in valid:
+            warnings.warn(f"build({name!r}): config key {key!r} is deprecated; use {new!r} (one vocabulary for "
+                          "every family: d_model, n_layers, n_heads)", DeprecationWarning, stacklevel=3)
+            if new in config:
+                raise TypeError(f"build({name!r}): got both {key!r} and {new!r}; pass only {new!r}")
+            key = new
+        if key not in valid:
+            near = difflib.get_close_matches(key, valid + list(_BUILD_ARGS), n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise TypeError(f"build({name!r}): unknown config key {key!r}; {hint}valid keys: {', '.join(valid)}")
+        out[key] = value
+    return out
+
+
 def build(name: str, *, vocab_size: int, num_classes: int | None = None, seq_len: int | None = None, **config) -> nn.Module:
     """Build a registered model.
 
     ``vocab_size``: the input vocabulary (integer tokens ``(B, L)``). ``num_classes=None`` gives a
     causal language model returning ``(B, L, vocab_size)`` logits; ``num_classes=C`` a sequence
     classifier returning ``(B, C)``. ``seq_len`` is needed only by fixed-length models (FST).
-    Every other keyword is the model's config; unknown keywords are an error.
+    Every other keyword is the model's config, in one vocabulary for every family: ``d_model`` (width),
+    ``n_layers`` (blocks) and, where the family has heads, ``n_heads``; family-specific keys come on top
+    (:func:`config_keys`). An unknown key is an error listing the valid ones.
     """
-    if name not in _BUILDERS:
-        raise ValueError(f"name: unknown model {name!r}; expected one of {names()}")
+    _check_name(name)
+    config = canonical_config(name, config)
     if not isinstance(vocab_size, int) or vocab_size < 1:
         raise ValueError(f"vocab_size: expected a positive int, got {vocab_size!r}")
     if num_classes is not None and (not isinstance(num_classes, int) or num_classes < 2):
         raise ValueError(f"num_classes: expected None (language model) or an int >= 2, got {num_classes!r}")
     if seq_len is not None and (not isinstance(seq_len, int) or seq_len < 1):
         raise ValueError(f"seq_len: expected None or a positive int, got {seq_len!r}")
-    try:
-        model = _BUILDERS[name](vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len, **config)
-    except TypeError as err:
-        if "unexpected keyword" in str(err):
-            raise TypeError(f"build({name!r}): {err}") from err
-        raise
+    model = _BUILDERS[name](vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len, **config)
     model.model_name = name
     return model

@@ -52,10 +52,11 @@ class RelationModel(SequenceModel):
         return self.head(self.norm(x)), {"t": t + 1, "blocks": new_blocks}
 
 
-def _build(*, vocab_size, num_classes, causal, mode, d_model=64, depth=2, activation="exp", pre_norm="none",
+def _build(*, vocab_size, num_classes, causal, mode, d_model=64, n_layers=2, activation="exp", pre_norm="none",
            post_norm=True, state_expansion=1, max_len=None, seq_len=None, embed_std=1.0, positions=True):
-    if not isinstance(depth, int) or depth < 1:
-        raise ValueError(f"depth: expected a positive int, got {depth!r}")
+    if not isinstance(n_layers, int) or n_layers < 1:
+        raise ValueError(f"n_layers: expected a positive int, got {n_layers!r}")
+    depth = n_layers
     blocks = [RelationBlock(d_model, causal=causal, activation=activation, pre_norm=pre_norm, post_norm=post_norm,
                             state_expansion=state_expansion, mode=mode, n_residual=depth) for _ in range(depth)]
     max_len = max_len or seq_len or 1024
@@ -65,13 +66,23 @@ def _build(*, vocab_size, num_classes, causal, mode, d_model=64, depth=2, activa
 
 
 @register("causalrn")
-def build_causalrn(*, vocab_size, num_classes=None, seq_len=None, pre_norm="exact", mode="quadratic", **config):
+def build_causalrn(*, vocab_size, num_classes=None, seq_len=None, d_model=64, n_layers=2, activation="exp",
+                   pre_norm="exact", post_norm=True, state_expansion=1, max_len=None, embed_std=1.0, positions=True,
+                   mode="quadratic"):
+    """CausalRN with pre-activation normalisation (000 §3.4; quadratic, a KV-cache-like memory)."""
+    config = dict(d_model=d_model, n_layers=n_layers, activation=activation, post_norm=post_norm,
+                  state_expansion=state_expansion, max_len=max_len, embed_std=embed_std, positions=positions)
     return _build(vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len, causal=True, mode=mode,
                   pre_norm=pre_norm, **config)
 
 
 @register("linear-causalrn")
-def build_linear_causalrn(*, vocab_size, num_classes=None, seq_len=None, pre_norm="none", **config):
+def build_linear_causalrn(*, vocab_size, num_classes=None, seq_len=None, d_model=64, n_layers=2, activation="exp",
+                          pre_norm="none", post_norm=True, state_expansion=1, max_len=None, embed_std=1.0,
+                          positions=True):
+    """CausalRN with ``exp`` and no exact pre-norm: the linear-time form (000 eq. 9)."""
+    config = dict(d_model=d_model, n_layers=n_layers, activation=activation, post_norm=post_norm,
+                  state_expansion=state_expansion, max_len=max_len, embed_std=embed_std, positions=positions)
     if pre_norm == "exact":
         raise ValueError("linear-causalrn: pre_norm='exact' cannot be linear (LN(p_i + q_j) does not factorise, "
                          "000 §3.4); use build('causalrn', pre_norm='exact') or pre_norm='approx'")
@@ -80,7 +91,12 @@ def build_linear_causalrn(*, vocab_size, num_classes=None, seq_len=None, pre_nor
 
 
 @register("birn")
-def build_birn(*, vocab_size, num_classes=None, seq_len=None, pre_norm="none", mode="auto", **config):
+def build_birn(*, vocab_size, num_classes=None, seq_len=None, d_model=64, n_layers=2, activation="exp",
+               pre_norm="none", post_norm=True, state_expansion=1, max_len=None, embed_std=1.0, positions=True,
+               mode="auto"):
+    """BiRN: the bidirectional relation network, a classifier read from its CLS token (000 eq. 4)."""
+    config = dict(d_model=d_model, n_layers=n_layers, activation=activation, post_norm=post_norm,
+                  state_expansion=state_expansion, max_len=max_len, embed_std=embed_std, positions=positions)
     if num_classes is None:
         raise ValueError("birn: a BiRN is bidirectional (each token sees the whole sequence, 000 eq. 4), so it cannot "
                          "be a causal language model; pass num_classes=C for a classifier read from its CLS token, "
