@@ -48,7 +48,7 @@ from _memory import steady_allocation
 
 from seqlab.ops import linear_scan, relative_error
 
-MODES = ("sequential", "blocked", "associative", "doubling", "compiled", "auto")
+MODES = ("sequential", "blocked", "associative", "doubling", "numba", "auto")
 
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}

@@ -7,7 +7,7 @@ from conftest import check
 
 from seqlab.ops.gateloop import gateloop, gateloop_attention_matrix, gateloop_softmax
 
-SCAN_MODES = ("recurrent", "associative", "chunked", "compiled", "auto")      # tolerance 1e-5
+SCAN_MODES = ("recurrent", "associative", "chunked", "numba", "auto")      # tolerance 1e-5
 MATRIX_MODES = ("attention",)                              # tolerance 1e-4
 
 
@@ -228,7 +228,7 @@ def test_auto_on_max_headed_inputs():
     check(gateloop(q, k, v, a), ref, 1e-5, "auto, dk = dv = 1")
 
 
-@pytest.mark.parametrize("mode", ["chunked", "auto", "associative", "compiled"])
+@pytest.mark.parametrize("mode", ["chunked", "auto", "associative", "numba"])
 def test_gradients_long_sequence(mode):
     q, k, v, a = make_inputs(1, 1, 4096, 2, 2)
     ref = grads(lambda *t: gateloop(*t, mode="recurrent", return_state=True), [to64(t) for t in (q, k, v, a)])
@@ -245,11 +245,11 @@ def test_auto_is_the_compiled_kernel_on_cpu(monkeypatch):
     from seqlab.ops.gateloop import _pick_auto
 
     q, k, v, a = make_inputs(L=5)
-    assert _pick_auto(q, v) == "compiled"
+    assert _pick_auto(q, v) == "numba"
     monkeypatch.setattr(compiled, "HAVE_NUMBA", False)
     assert _pick_auto(q, v) == "chunked"
     with pytest.raises(compiled.CompiledUnavailable, match="numba"):
-        gateloop(q, k, v, a, mode="compiled")
+        gateloop(q, k, v, a, mode="numba")
 
 
 @pytest.mark.parametrize("dk, dv", [(1, 1), (3, 2)])   # the max-headed kernel and the general one
@@ -265,7 +265,7 @@ def test_compiled_gradients_gradcheck(dk, dv, B, H, L):
     ins = [to64(t).requires_grad_() for t in (q, k, v, a)] + [h0.requires_grad_()]
 
     def f(q, k, v, a, h0):
-        y, S = gateloop(q, k, v, a, h0=h0, mode="compiled", return_state=True)
+        y, S = gateloop(q, k, v, a, h0=h0, mode="numba", return_state=True)
         return y, S
 
     assert torch.autograd.gradcheck(f, ins, atol=1e-8, rtol=1e-6)
@@ -280,7 +280,7 @@ def test_compiled_keeps_real_inputs_real_with_complex_a():
         q2, k2, a2 = (t.expand(-1, -1, -1, dkv[0]).contiguous() for t in (q, k, a))
         v2 = v.expand(-1, -1, -1, dkv[1]).contiguous()
         ins = [t.clone().requires_grad_() for t in (q2, k2, v2, a2)]
-        y = gateloop(*ins, mode="compiled")
+        y = gateloop(*ins, mode="numba")
         ref_ins = [to64(t).requires_grad_() for t in (q2, k2, v2, a2)]
         ref = gateloop(*ref_ins, mode="recurrent")
         check(y, ref, 1e-5, f"compiled real q, k, v, dk, dv = {dkv}")
@@ -296,9 +296,9 @@ def test_compiled_result_does_not_depend_on_threads():
     prev = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = gateloop(q, k, v, a, mode="compiled")
+        one = gateloop(q, k, v, a, mode="numba")
         torch.set_num_threads(2)
-        two = gateloop(q, k, v, a, mode="compiled")
+        two = gateloop(q, k, v, a, mode="numba")
     finally:
         torch.set_num_threads(prev)
     assert torch.equal(one, two)
@@ -310,23 +310,23 @@ def test_compiled_checks_inside_the_kernel(dk, dv):
     argument and the index (the kernel's flags; the inputs are searched only then)."""
     q, k, v, a = make_inputs(2, 3, 50, dk, dv)
     with pytest.raises(ValueError, match="a: state transitions need magnitudes"):
-        gateloop(q, k, v, a * 1.01, mode="compiled")
+        gateloop(q, k, v, a * 1.01, mode="numba")
     bad = a.clone()
     bad[1, 2, 17, 0] = float("nan")
     with pytest.raises(FloatingPointError, match=r"a holds a non-finite value .* at index \(1, 2, 17, 0\)"):
-        gateloop(q, k, v, bad, mode="compiled")
+        gateloop(q, k, v, bad, mode="numba")
     q = q.clone()
     q[0, 1, 30, 0] = float("inf")
     with pytest.raises(FloatingPointError, match=r"q holds a non-finite value .*inf.* at index \(0, 1, 30, 0\)"):
-        gateloop(q, k, v, a, mode="compiled")
+        gateloop(q, k, v, a, mode="numba")
 
 
 def test_compiled_half_precision_inputs():
     q, k, v, a = make_inputs(1, 2, 40, 2, 2, complex_=False)
     low = [t.bfloat16() for t in (q, k, v, a)]
-    out = gateloop(*low, mode="compiled")
+    out = gateloop(*low, mode="numba")
     assert out.dtype == torch.bfloat16                       # the dtype policy: the input's dtype out ...
-    in_float32 = gateloop(*(t.float() for t in low), mode="compiled")
+    in_float32 = gateloop(*(t.float() for t in low), mode="numba")
     assert torch.equal(out, in_float32.bfloat16())           # ... computed in float32, rounded once
     check(in_float32, reference(*low)[0], 1e-5, "compiled bf16 inputs, float32 computation")
 
@@ -343,27 +343,27 @@ def test_compiled_heads_last_layout_is_kept_and_exact():
     h0 = torch.randn(B, H, 1, 1, dtype=torch.complex128)
     ins = [lay(t) for t in (q, k, v, a)]
     assert all(_is_heads_last(t) for t in ins) and not _is_heads_last(ins[0].contiguous())
-    y, S = gateloop(*ins, h0=h0, mode="compiled", return_state=True)
+    y, S = gateloop(*ins, h0=h0, mode="numba", return_state=True)
     ref_y, ref_S = gateloop(*[t.contiguous() for t in ins], h0=h0, mode="recurrent", return_state=True)
     assert y.transpose(1, 2).is_contiguous()          # handed back in the layer's layout
     check(y, ref_y, 1e-12, "heads-last y")
     check(S, ref_S, 1e-12, "heads-last final state")
     ins32 = [t.float() if not t.is_complex() else t.to(torch.complex64) for t in ins]
-    y32 = gateloop(*ins32, mode="compiled")
+    y32 = gateloop(*ins32, mode="numba")
     check(y32, gateloop(*ins, mode="recurrent"), 1e-5, "heads-last float32")
-    assert torch.equal(y32, gateloop(*[t.contiguous() for t in ins32], mode="compiled"))  # same bits, either kernel
+    assert torch.equal(y32, gateloop(*[t.contiguous() for t in ins32], mode="numba"))  # same bits, either kernel
 
     def f(q, k, v, a, h0):
-        return gateloop(lay(q), lay(k), lay(v), lay(a), h0=h0, mode="compiled", return_state=True)
+        return gateloop(lay(q), lay(k), lay(v), lay(a), h0=h0, mode="numba", return_state=True)
 
     leaves = [t.clone().requires_grad_() for t in (q, k, v, a, h0)]
     assert torch.autograd.gradcheck(f, leaves)
     with pytest.raises(ValueError, match="a: state transitions need magnitudes"):
-        gateloop(*ins[:3], lay(a * 1.01), mode="compiled")
+        gateloop(*ins[:3], lay(a * 1.01), mode="numba")
     q_bad = q.clone()
     q_bad[1, 20, 3] = float("nan")
     with pytest.raises(FloatingPointError, match="non-finite"):
-        gateloop(lay(q_bad), *ins[1:], mode="compiled")
+        gateloop(lay(q_bad), *ins[1:], mode="numba")
 
 
 def _layer_like_inputs(B, H, L, mag=(1e-3, 1.0)):
@@ -391,7 +391,7 @@ def test_compiled_tiled_kernel(B, H, L, monkeypatch):
     q, k, v, a = _layer_like_inputs(B, H, L)
     h0 = torch.randn(B, H, 1, 1, dtype=torch.complex64)
     ins = [t.clone().requires_grad_() for t in (q, k, v, a, h0)]
-    y, S = gateloop(*ins[:4], h0=ins[4], mode="compiled", return_state=True)
+    y, S = gateloop(*ins[:4], h0=ins[4], mode="numba", return_state=True)
     assert calls, "the tiled kernel did not run"
     ref = [to64(t).requires_grad_() for t in ins]
     ref_y, ref_S = gateloop(*ref[:4], h0=ref[4], mode="recurrent", return_state=True)
@@ -405,7 +405,7 @@ def test_compiled_tiled_kernel(B, H, L, monkeypatch):
         check(t.grad, r.grad, 1e-5, f"tiled grad {name}, B, H, L = {B, H, L}")
     lay = lambda t: t.transpose(1, 2).contiguous().transpose(1, 2)  # noqa: E731  (B, L, H) memory
     with torch.no_grad():
-        assert torch.equal(y, gateloop(*(lay(t) for t in (q, k, v, a)), h0=h0, mode="compiled"))
+        assert torch.equal(y, gateloop(*(lay(t) for t in (q, k, v, a)), h0=h0, mode="numba"))
 
 
 @pytest.mark.parametrize("t", [3, 200, 298])      # lane 5's own first steps, a shared tile, its own last steps
@@ -414,14 +414,14 @@ def test_compiled_tiled_kernel_checks(t):
     bad = a.clone()
     bad[0, 5, t, 0] = 1.0001
     with pytest.raises(ValueError, match="a: state transitions need magnitudes"):
-        gateloop(q, k, v, bad, mode="compiled")
+        gateloop(q, k, v, bad, mode="numba")
     bad[0, 5, t, 0] = complex("nan+0j")
     with pytest.raises(FloatingPointError, match=rf"a holds a non-finite value .* at index \(0, 5, {t}, 0\)"):
-        gateloop(q, k, v, bad, mode="compiled")
+        gateloop(q, k, v, bad, mode="numba")
     q = q.clone()
     q[0, 5, t, 0] = float("inf")
     with pytest.raises(FloatingPointError, match=rf"q holds a non-finite value .* at index \(0, 5, {t}, 0\)"):
-        gateloop(q, k, v, a, mode="compiled")
+        gateloop(q, k, v, a, mode="numba")
     edge = torch.polar(torch.ones(1, 8, 300, 1), a.angle())      # |a| = 1 exactly is allowed
-    check(gateloop(q.nan_to_num(posinf=0.0), k, v, edge, mode="compiled"),
+    check(gateloop(q.nan_to_num(posinf=0.0), k, v, edge, mode="numba"),
           reference(q.nan_to_num(posinf=0.0), k, v, edge)[0], 1e-5, "tiled, |a| = 1")

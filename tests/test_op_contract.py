@@ -133,3 +133,12 @@ def test_gateloop_gradient_at_exact_zero_transitions(mode, kind):
     for index in zeros:
         assert ref[3][index] != 0
         assert abs(out[3][index] - ref[3][index]) <= tol * abs(ref[3][index]) + 1e-12, f"da at {index}"
+
+
+@pytest.mark.parametrize("op", ["linear_scan", "gateloop"])
+def test_old_mode_name_compiled_warns_and_runs_numba(op):
+    _, make, call = OPS[op]
+    inputs = make(9, torch.float32)
+    with pytest.warns(DeprecationWarning, match="mode='compiled' is deprecated; use mode='numba'"):
+        old = call("compiled", **inputs)
+    assert torch.equal(old, call("numba", **inputs))

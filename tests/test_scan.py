@@ -9,7 +9,7 @@ from seqlab.ops import SCAN_MODES, linear_scan, linear_scan_reference, scan_auto
 from seqlab.ops.scan import scan_chunk_size
 
 TOL = 1e-5  # float32 relative error for scans (design.md §4)
-FAST = ("blocked", "associative", "doubling", "compiled")
+FAST = ("blocked", "associative", "doubling", "numba")
 LENGTHS = (1, 2, 7, 64, 1000, 4099)
 KINDS = ("real", "real_a_complex_x", "complex")
 # (time_invariant, reverse, with_h0)
@@ -141,7 +141,7 @@ def test_broadcast_decays_and_leading_dims():
                 check(got.grad, want.grad, TOL, f"d{name} {mode} a{tuple(a.shape)}")
 
 
-@pytest.mark.parametrize("mode", ["blocked", "associative", "doubling", "compiled", "triton"])
+@pytest.mark.parametrize("mode", ["blocked", "associative", "doubling", "numba", "triton"])
 def test_decay_shared_over_batch_and_real_h0_with_complex_x(mode):
     """``a`` of shape ``(L, D)`` shared by the batch (``(D,)`` for doubling); a real ``h0`` for a complex ``x``."""
     B, L, D = 3, 21, 4
@@ -164,7 +164,7 @@ def test_half_precision_inputs_use_a_float32_state():
     a, x, _ = make_inputs("real", 2, 300, 8, time_invariant=False, with_h0=False, extreme=False)
     xb, ab = x.bfloat16(), a.bfloat16()
     ref = linear_scan_reference(ab.double(), xb.double())  # exact scan of the rounded inputs
-    for mode in ("blocked", "associative", "compiled"):
+    for mode in ("blocked", "associative", "numba"):
         out = linear_scan(ab, xb, mode=mode)
         assert out.dtype == torch.bfloat16
         # one bfloat16 rounding of the output (2^-8 relative), not an error that grows with L
@@ -172,8 +172,8 @@ def test_half_precision_inputs_use_a_float32_state():
 
 
 def test_auto_is_the_compiled_loop_on_cpu():
-    assert scan_auto_mode(torch.device("cpu")) == "compiled"
-    assert set(SCAN_MODES) == {"auto", "sequential", "doubling", "associative", "blocked", "compiled", "triton"}
+    assert scan_auto_mode(torch.device("cpu")) == "numba"
+    assert set(SCAN_MODES) == {"auto", "sequential", "doubling", "associative", "blocked", "numba", "triton"}
 
 
 def test_auto_falls_back_to_blocked_without_numba(monkeypatch):
@@ -182,7 +182,7 @@ def test_auto_falls_back_to_blocked_without_numba(monkeypatch):
     monkeypatch.setattr(compiled, "HAVE_NUMBA", False)
     assert scan_auto_mode(torch.device("cpu")) == "blocked"
     with pytest.raises(compiled.CompiledUnavailable, match="numba"):
-        linear_scan(torch.rand(4), torch.randn(2, 5, 4), mode="compiled")
+        linear_scan(torch.rand(4), torch.randn(2, 5, 4), mode="numba")
 
 
 @pytest.mark.parametrize("B, D", [(1, 1), (3, 2), (1, 200), (8, 256), (5, 70)])
@@ -194,7 +194,7 @@ def test_compiled_task_split_covers_every_row_and_channel(B, D):
         prev = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            out = linear_scan(_f32(a), _f32(x), _f32(h0), mode="compiled")
+            out = linear_scan(_f32(a), _f32(x), _f32(h0), mode="numba")
         finally:
             torch.set_num_threads(prev)
         check(out, ref, TOL, f"compiled B={B} D={D} threads={threads}")
@@ -242,5 +242,5 @@ def test_compiled_rounds_like_the_loop_on_real_inputs():
     x, a = torch.randn(3, 500, 7, generator=g), torch.rand(3, 500, 7, generator=g)
     h0 = torch.randn(3, 7, generator=g)
     for reverse in (False, True):
-        assert torch.equal(linear_scan(a, x, h0, reverse=reverse, mode="compiled"),
+        assert torch.equal(linear_scan(a, x, h0, reverse=reverse, mode="numba"),
                            linear_scan(a, x, h0, reverse=reverse, mode="sequential"))

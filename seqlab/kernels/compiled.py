@@ -1,6 +1,6 @@
 """CPU kernels: the recurrences as plain loops, compiled to machine code by Numba.
 
-Reached through ``ops.linear_scan(..., mode="compiled")`` and ``ops.gateloop(..., mode="compiled")``
+Reached through ``ops.linear_scan(..., mode="numba")`` and ``ops.gateloop(..., mode="numba")``
 (and ``mode="auto"`` on CPU). A Python loop over time pays the interpreter on every step; the
 vectorised torch modes (``blocked``, ``chunked``) avoid that by moving the data two or three times.
 A compiled loop does neither: it reads every input once and writes every output once, so a scan costs
@@ -17,7 +17,7 @@ many threads as ``torch.get_num_threads()`` allows; each sequence is computed by
 result does not depend on the thread count.
 
 Numba is a dependency of seqlab; if it cannot be imported (an unsupported platform), ``HAVE_NUMBA``
-is ``False``, ``mode="auto"`` uses the torch modes and ``mode="compiled"`` raises
+is ``False``, ``mode="auto"`` uses the torch modes and ``mode="numba"`` raises
 :class:`CompiledUnavailable` saying why.
 """
 from __future__ import annotations
@@ -60,17 +60,17 @@ _TILE_SKEW = 16
 
 
 class CompiledUnavailable(RuntimeError):
-    """``mode="compiled"`` was asked for where the Numba kernels cannot run."""
+    """``mode="numba"`` was asked for where the Numba kernels cannot run."""
 
 
 def require_compiled(op: str, *tensors: torch.Tensor) -> None:
     """Raise a clear error if ``op``'s compiled mode cannot run on these tensors."""
     if not HAVE_NUMBA:
-        raise CompiledUnavailable(f"{op}(mode='compiled') needs numba, which failed to import ({_IMPORT_ERROR}); "
+        raise CompiledUnavailable(f"{op}(mode='numba') needs numba, which failed to import ({_IMPORT_ERROR}); "
                                   "use mode='auto' (the torch modes)")
     for t in tensors:
         if t is not None and t.device.type != "cpu":
-            raise CompiledUnavailable(f"{op}(mode='compiled') runs on CPU tensors; got a tensor on {t.device} "
+            raise CompiledUnavailable(f"{op}(mode='numba') runs on CPU tensors; got a tensor on {t.device} "
                                       "(use mode='auto', which picks the Triton kernel on CUDA)")
 
 
@@ -554,7 +554,7 @@ def _check_stats(stats: np.ndarray, a: torch.Tensor) -> None:
         raise ValueError(f"a: state transitions need magnitudes |a| in [0, 1] (eq. 25 uses a sigmoid "
                          f"magnitude), got max |a| = {biggest:.6g}")
     if stats[:, 0].any():
-        raise FloatingPointError("gateloop(mode='compiled'): produced non-finite values (NaN or inf); "
+        raise FloatingPointError("gateloop(mode='numba'): produced non-finite values (NaN or inf); "
                                  "see the op's docstring for its valid range")
 
 

@@ -42,8 +42,19 @@ def check_shape(name: str, t: torch.Tensor, expected: tuple, what: str = "") -> 
         raise ValueError(f"{name}: expected shape {shown}{' (' + what + ')' if what else ''}, got {describe(t)}")
 
 
+# Old mode names that keep working, with a warning naming the new one.
+DEPRECATED_MODES = {"compiled": "numba"}
+
+
 def check_mode(op: str, mode: str, modes: Iterable[str]) -> str:
+    """``mode`` if it is one of ``modes``; a deprecated name is mapped to its new one with a warning."""
     modes = tuple(modes)
+    if mode in DEPRECATED_MODES and DEPRECATED_MODES[mode] in modes:
+        import warnings
+
+        warnings.warn(f"{op}: mode={mode!r} is deprecated; use mode={DEPRECATED_MODES[mode]!r} (modes that "
+                      "name a backend: 'numba', 'triton')", DeprecationWarning, stacklevel=3)
+        return DEPRECATED_MODES[mode]
     if mode not in modes:
         raise ValueError(f"{op}: mode must be one of {modes}, got {mode!r}")
     return mode
@@ -64,9 +75,9 @@ def at_least_float32(t):
 
 
 def traceable_mode(mode: str, torch_form: str, *tensors) -> str:
-    """On ``meta`` tensors a backend mode (``"compiled"``, ``"triton"``) has no data to run on: trace the
+    """On ``meta`` tensors a backend mode (``"numba"``, ``"triton"``) has no data to run on: trace the
     shapes through ``torch_form``, which computes the same function."""
-    return torch_form if mode in ("compiled", "triton") and not has_values(*tensors) else mode
+    return torch_form if mode in ("numba", "triton") and not has_values(*tensors) else mode
 
 
 def first_nonfinite(t: torch.Tensor) -> tuple | None:

@@ -33,12 +33,12 @@ Modes, all computing the same function:
   a scan over chunks). If ``|a|`` is so small that even 4 steps would leave the range, the chunks use
   exact pairwise relative decays instead. Its gradient comes from the exact-decay form (see
   :func:`_chunked`). Working set ``L x chunk`` plus ``(L / chunk) x dk x dv``: no ``L x dk x dv`` stack.
-- ``"compiled"``: eq. 7-8 as one loop compiled for the CPU by Numba (``seqlab.kernels.compiled``),
+- ``"numba"``: eq. 7-8 as one loop compiled for the CPU by Numba (``seqlab.kernels.compiled``),
   forward and backward (the reverse recurrence, from states saved every 64 steps): every input read
   once, every output written once, no ``L x dk x dv`` stack.
 - ``"triton"``: the chunked algorithm as a Triton kernel (forward and backward), see
   ``seqlab.kernels.gateloop``.
-- ``"auto"``: ``"triton"`` on a CUDA device, ``"compiled"`` on CPU (see ``benchmarks/gateloop.py``).
+- ``"auto"``: ``"triton"`` on a CUDA device, ``"numba"`` on CPU (see ``benchmarks/gateloop.py``).
   Without Numba: the associative form run by the scan engine for tiny states (``dk * dv <= 4``, as
   in the paper's max-headed ``dk = dv = 1`` models), ``"chunked"`` for bigger ones.
 
@@ -56,7 +56,7 @@ from seqlab.ops._checks import (check_finite, check_finite_inputs, check_mode, c
 
 __all__ = ["gateloop", "gateloop_softmax", "gateloop_attention_matrix", "GATELOOP_MODES"]
 
-GATELOOP_MODES = ("auto", "recurrent", "associative", "chunked", "attention", "attention_naive", "compiled", "triton")
+GATELOOP_MODES = ("auto", "recurrent", "associative", "chunked", "attention", "attention_naive", "numba", "triton")
 
 # Largest number of elements of one (rows x cols x dk) decay block held at once (memory bound).
 _BLOCK_ELEMENTS = 1 << 22
@@ -482,7 +482,7 @@ def _pick_auto(q, v) -> str:
         from seqlab.kernels.compiled import HAVE_NUMBA
 
         if HAVE_NUMBA:
-            return "compiled"
+            return "numba"
     B, H, L, dk = q.shape
     dv = v.shape[-1]
     small = dk * dv <= _AUTO_SCAN_STATE and B * H * L * dk * dv <= _AUTO_SCAN_ELEMENTS
@@ -504,7 +504,7 @@ def gateloop(q, k, v, a, *, h0=None, mode: str = "auto", return_state: bool = Fa
     Returns ``y`` ``(B, H, L, dv)`` (complex if any input is), or ``(y, S_L)``.
     Raises ``FloatingPointError`` if the result is not finite (``"attention_naive"`` past underflow).
     """
-    check_mode("gateloop", mode, GATELOOP_MODES)
+    mode = check_mode("gateloop", mode, GATELOOP_MODES)
     _check_inputs(q, k, v, a, h0, check_values=False)
     if not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
@@ -512,8 +512,8 @@ def gateloop(q, k, v, a, *, h0=None, mode: str = "auto", return_state: bool = Fa
         mode = _pick_auto(q, v)
     mode = traceable_mode(mode, "chunked", q, k, v, a, h0)
     out_dtype, dtype = _out_dtype(q, k, v, a, h0), _work_dtype(q, k, v, a, h0)
-    if mode == "compiled":
-        y, S = _run_compiled(q, k, v, a, h0, dtype)
+    if mode == "numba":
+        y, S = _run_numba(q, k, v, a, h0, dtype)
     else:
         _check_values(q, k, v, a, h0)
         q, k, v, a = (t.to(dtype) for t in (q, k, v, a))
@@ -536,7 +536,7 @@ def _real_view(t: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(t) if t.is_complex() else t
 
 
-def _run_compiled(q, k, v, a, h0, dtype):
+def _run_numba(q, k, v, a, h0, dtype):
     """The Numba loop: real inputs stay real; ``|a|`` and the output are checked inside the kernel, and only
     when it raises are the inputs searched for the non-finite value to name."""
     from seqlab.kernels.compiled import gateloop_compiled

@@ -23,13 +23,13 @@ along dim ``-2`` of ``x`` (``(..., L, D)``), in every equivalent way:
     A two-level chunked scan for CPUs: chunks of ``C`` steps are scanned side by side (a loop over
     ``C`` touching ``L/C`` chunks at once), their end states are carried across chunks by a short
     scan over ``L/C`` items, then each chunk is rescanned from its true initial state.
-``compiled``
+``numba``
     The loop itself, compiled for the CPU by Numba (``seqlab.kernels.compiled``): one pass that reads
     ``a`` and ``x`` once and writes ``h`` once, parallel over batch rows and blocks of channels.
 ``triton``
     A Triton kernel (``seqlab.kernels.scan``): sequential in time, parallel over batch and channels.
 ``auto``
-    The fastest correct mode for the device: ``triton`` on CUDA, ``compiled`` on CPU (``blocked``
+    The fastest correct mode for the device: ``triton`` on CUDA, ``numba`` on CPU (``blocked``
     where Numba is missing); see ``benchmarks/scan.py`` for the measurements behind this choice.
 
 Every mode is differentiable. The fast modes share one backward, the reverse recurrence
@@ -52,11 +52,12 @@ import math
 
 import torch
 
-from seqlab.ops._checks import check_finite_inputs, check_mode, traceable_mode, check_same_device, check_tensor, describe, has_values
+from seqlab.ops._checks import (check_finite_inputs, check_mode, check_same_device, check_tensor, describe, has_values,
+                                traceable_mode)
 
 __all__ = ["linear_scan", "linear_scan_reference", "doubling_levels", "SCAN_MODES", "scan_auto_mode", "scan_chunk_size"]
 
-SCAN_MODES = ("auto", "sequential", "doubling", "associative", "blocked", "compiled", "triton")
+SCAN_MODES = ("auto", "sequential", "doubling", "associative", "blocked", "numba", "triton")
 
 _REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -307,7 +308,7 @@ def _prefix_scan(a, x):
     return out
 
 
-def _forward_compiled(a, x, h0, reverse):
+def _forward_numba(a, x, h0, reverse):
     from seqlab.kernels.compiled import scan_forward
 
     return scan_forward(a, x, h0, reverse)
@@ -318,7 +319,7 @@ _FORWARD = {
     "doubling": _forward_doubling,
     "associative": _forward_associative,
     "loop": _forward_loop,
-    "compiled": _forward_compiled,
+    "numba": _forward_numba,
 }
 
 
@@ -334,8 +335,8 @@ def _real_view(a, x, h0):
 
 
 def _run(mode, a, x, h0, reverse):
-    if mode == "compiled":  # the compiled loop takes complex x with a real a as it is
-        return _forward_compiled(a, x, h0, reverse)
+    if mode == "numba":  # the compiled loop takes complex x with a real a as it is
+        return _forward_numba(a, x, h0, reverse)
     ar, xr, h0r, viewed = _real_view(a, x, h0)
     out = _FORWARD[mode](ar, xr, h0r, reverse)
     return torch.view_as_complex(out) if viewed else out
@@ -404,7 +405,7 @@ def scan_auto_mode(device: torch.device) -> str:
         from seqlab.kernels.compiled import HAVE_NUMBA
 
         if HAVE_NUMBA:
-            return "compiled"
+            return "numba"
     return "blocked"
 
 
@@ -492,7 +493,7 @@ def linear_scan(a: torch.Tensor, x: torch.Tensor, h0: torch.Tensor | None = None
     Returns:
         ``h``, shaped and typed like ``x``.
     """
-    check_mode("linear_scan", mode, SCAN_MODES)
+    mode = check_mode("linear_scan", mode, SCAN_MODES)
     _check_inputs(a, x, h0)
     if mode == "auto":
         mode = scan_auto_mode(x.device)
