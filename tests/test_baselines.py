@@ -35,8 +35,10 @@ def linear_attention_loop(q, k, v, causal=True, eps=1e-6):
 
 @pytest.mark.parametrize("L", [1, 2, 7, 64, 100])
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("mode", ["quadratic", "cumsum", "chunked"])
+@pytest.mark.parametrize("mode", ["quadratic", "cumsum", "chunked", "numba", "auto"])
 def test_linear_attention_modes_match_the_recurrence(L, causal, mode):
+    if mode == "numba" and not causal:
+        pytest.skip("the numba mode is the causal recurrence")
     B, H, d, e = 2, 3, 8, 5
     q, k, v = torch.randn(B, H, L, d), torch.randn(B, H, L, d), torch.randn(B, H, L, e)
     ref = linear_attention_loop(q, k, v, causal)
@@ -44,7 +46,7 @@ def test_linear_attention_modes_match_the_recurrence(L, causal, mode):
     check(out, ref.float(), 1e-4, f"{mode} causal={causal} L={L}")
 
 
-@pytest.mark.parametrize("mode", ["quadratic", "cumsum", "chunked"])
+@pytest.mark.parametrize("mode", ["quadratic", "cumsum", "chunked", "numba"])
 def test_linear_attention_extreme_keys_and_gradients(mode):
     B, H, L, d, e = 2, 2, 37, 4, 3
     q = torch.randn(B, H, L, d) * 3
@@ -67,7 +69,7 @@ def test_linear_attention_extreme_keys_and_gradients(mode):
 def test_linear_attention_never_divides_by_zero():
     q = torch.full((1, 1, 9, 4), -200.0)   # phi(q) = exp(-200) = 0 in float32: every denominator is 0
     k, v = torch.randn(1, 1, 9, 4), torch.randn(1, 1, 9, 2)
-    for mode in ("quadratic", "cumsum", "chunked"):
+    for mode in ("quadratic", "cumsum", "chunked", "numba"):
         out = linear_attention(q, k, v, mode=mode)
         assert torch.isfinite(out).all(), mode
 

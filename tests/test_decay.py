@@ -297,3 +297,88 @@ def test_non_finite_never_passes():
     for mode in TORCH_MODES:
         with pytest.raises(FloatingPointError, match="decay_attention"):
             decay_attention(q, k, v, mode=mode)
+
+
+# ----------------------------------------------------------------------------- causal decays on GateLoop's loop
+
+NUMBA_CASES = [("additive", False), ("additive", True), ("multiplicative", False), ("multiplicative", True),
+               ("none", False)]
+
+
+def _decay_args(decay, with_log_decay, k, per_head=False):
+    if decay == "multiplicative":
+        return log_decays(k[..., :1] if per_head else k)
+    return log_decays(k, -3.0, 3.0) if (decay == "additive" and with_log_decay) else None
+
+
+@pytest.mark.parametrize("L", [1, 2, 7, 64, 259, 4099])
+@pytest.mark.parametrize("decay,flag", NUMBA_CASES)
+def test_causal_decays_on_the_gateloop_loop(L, decay, flag):
+    """``mode="numba"`` (auto on CPU): additive (shared or given log-decay), multiplicative (per channel or per
+    head), none, equal to the float64 eq. 7 / eq. 2 loops, keys of +-80, forward and backward."""
+    B, H = (1, 1) if L > 1000 else (2, 3)
+    q, k, v = inputs(L, B=B, H=H, key_scale=80.0 if L > 1 else 1.0)
+    k = k.clamp(-80, 80)
+    ld = _decay_args(decay, flag, k, per_head=decay == "multiplicative" and flag)
+    if decay == "additive" and flag:
+        ld = ld * 25                                                 # log-decays of +-75 as well
+    ins = [t.clone().requires_grad_() for t in (q, k, v)]
+    ld_in = None if ld is None else ld.clone().requires_grad_()
+    out = decay_attention(*ins, decay=decay, log_decay=ld_in, mode="numba")
+    ref_ins = [t.double().requires_grad_() for t in (q, k, v)]
+    ld_ref = None if ld is None else ld.double().requires_grad_()
+    ref = decay_attention_reference(*ref_ins, decay=decay, log_decay=ld_ref)
+    check(out, ref, 1e-5, f"{decay} (log_decay given: {flag}) numba L={L}")
+    if L > 300:
+        return
+    w = torch.randn_like(ref)
+    (out * w.float()).sum().backward()
+    (ref * w).sum().backward()
+    for name, a, b in zip("qkv", ins, ref_ins):
+        if name == "k" and decay == "additive" and not flag and L == 1:   # kbar_1 = 1 whatever k_1: dk = 0
+            assert a.grad.abs().max() < 1e-6
+            continue
+        check(a.grad, b.grad, 1e-4, f"{decay} numba d{name} L={L}")
+    if ld is not None and not (decay == "additive" and L == 1):
+        check(ld_in.grad, ld_ref.grad, 1e-4, f"{decay} numba dlog_decay L={L}")
+
+
+def test_numba_is_auto_on_cpu_for_causal_decays_and_complex_inputs():
+    q, k, v = inputs(50, complex_=True)
+    ref = decay_attention_reference(q, k, v)
+    check(decay_attention(q, k, v, mode="numba"), ref, 1e-5, "complex q, v on the loop")
+    assert torch.equal(decay_attention(q, k, v), decay_attention(q, k, v, mode="numba"))
+    with pytest.raises(NotImplementedError, match="causal"):
+        decay_attention(q, k, v, causal=False, mode="numba")
+
+
+@pytest.mark.parametrize("path", ["numba", "torch"])
+def test_additive_transitions_and_their_written_out_gradient(path, monkeypatch):
+    """``kbar_t = exp(d_t)/s_t`` and ``a_t = s_{t-1}/s_t`` (eq. 7) against the plain float64 formula, and the
+    hand-written backward against autograd (gradcheck), in the compiled and the torch path."""
+    from seqlab.kernels import compiled
+    from seqlab.ops.decay import _additive_transitions
+
+    if path == "torch":
+        monkeypatch.setattr(compiled, "HAVE_NUMBA", False)
+    d = torch.randn(2, 3, 37, 4, dtype=torch.float64) * 30
+    d[0, 0, 5:9] = torch.tensor([80.0, -80.0, 79.0, -75.0])[:, None]
+    kbar, a = _additive_transitions(d)
+    s = d.exp().cumsum(-2)
+    check(kbar, d.exp() / s, 1e-12, f"kbar ({path})")
+    check(a[..., 1:, :], s[..., :-1, :] / s[..., 1:, :], 1e-12, f"a ({path})")
+    assert (a[..., 0, :] == 0).all()
+    x = (torch.randn(1, 2, 9, 3, dtype=torch.float64) * 5).requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: _additive_transitions(t), (x,))
+
+
+def test_additive_transitions_beyond_float64_range_use_the_log_domain(monkeypatch):
+    from seqlab.kernels import compiled
+    from seqlab.ops.decay import _additive_transitions
+
+    monkeypatch.setattr(compiled, "HAVE_NUMBA", False)
+    d = torch.tensor([[-500.0], [400.0], [390.0]], dtype=torch.float64)     # a spread of 900: exp(-900) = 0
+    kbar, a = _additive_transitions(d)
+    z = torch.logcumsumexp(d, 0)
+    check(kbar, (d - z).exp(), 1e-12, "kbar, log domain")
+    assert torch.isfinite(kbar).all() and torch.isfinite(a).all()

@@ -367,49 +367,41 @@ def test_compiled_heads_last_layout_is_kept_and_exact():
 
 
 def _layer_like_inputs(B, H, L, mag=(1e-3, 1.0)):
-    """float32 q, k, v and a complex64 a, one contiguous row per head: the tiled kernel's case."""
+    """float32 q, k, v and a complex64 a, dk = dv = 1 (what the GateLoop layer makes), one contiguous row per head."""
     q, k, v, a = make_inputs(B, H, L, 1, 1, complex_=False, mag=mag)
     return q, k, v, torch.polar(a, torch.empty_like(a).uniform_(-math.pi, math.pi))
 
 
 @pytest.mark.parametrize("B, H, L", [(1, 8, 2), (1, 8, 113), (2, 4, 119), (1, 8, 120), (1, 8, 121),
                                      (1, 19, 300), (3, 8, 4099)])
-def test_compiled_tiled_kernel(B, H, L, monkeypatch):
-    """Real q, k, v with complex a, dk = dv = 1, a row per head: 8 heads per vector instruction.
+def test_numba_row_per_head_max_headed(B, H, L):
+    """Real q, k, v with complex a, dk = dv = 1, a row per head (the row kernel).
 
-    L around the lanes' skew (lane 7 leads by 112 steps: below it every step is a lane's own, at 120
-    the first shared tile), lengths not a multiple of the 8-step tile, head counts with a remainder
-    for the scalar kernel, h0 and the final state, and gradients through states recomputed from the
-    tiled kernel's checkpoints; all against the float64 recurrence. The heads-last kernel gives the
-    same bits.
+    Lengths around and past the 64-step checkpoints, not powers of two, odd head counts, h0 and the
+    final state, and gradients through states recomputed from the checkpoints; all against the float64
+    recurrence. The heads-last kernel gives the same bits.
     """
-    from seqlab.kernels import compiled
-
-    calls = []
-    tiled = compiled._gateloop_tiled_kernel
-    monkeypatch.setattr(compiled, "_gateloop_tiled_kernel", lambda *args: calls.append(1) or tiled(*args))
     q, k, v, a = _layer_like_inputs(B, H, L)
     h0 = torch.randn(B, H, 1, 1, dtype=torch.complex64)
     ins = [t.clone().requires_grad_() for t in (q, k, v, a, h0)]
     y, S = gateloop(*ins[:4], h0=ins[4], mode="numba", return_state=True)
-    assert calls, "the tiled kernel did not run"
     ref = [to64(t).requires_grad_() for t in ins]
     ref_y, ref_S = gateloop(*ref[:4], h0=ref[4], mode="recurrent", return_state=True)
-    check(y, ref_y, 1e-5, f"tiled y, B, H, L = {B, H, L}")
-    check(S, ref_S, 1e-5, f"tiled final state, B, H, L = {B, H, L}")
+    check(y, ref_y, 1e-5, f"row kernel y, B, H, L = {B, H, L}")
+    check(S, ref_S, 1e-5, f"row kernel final state, B, H, L = {B, H, L}")
     gy, gS = torch.randn_like(ref_y), torch.randn_like(ref_S)
     loss = lambda y, S: (y * gy.conj()).real.sum() + (S * gS.conj()).real.sum()  # noqa: E731
     loss(y, S).backward()
     loss(ref_y, ref_S).backward()
     for name, t, r in zip(("q", "k", "v", "a", "h0"), ins, ref):
-        check(t.grad, r.grad, 1e-5, f"tiled grad {name}, B, H, L = {B, H, L}")
+        check(t.grad, r.grad, 1e-5, f"row kernel grad {name}, B, H, L = {B, H, L}")
     lay = lambda t: t.transpose(1, 2).contiguous().transpose(1, 2)  # noqa: E731  (B, L, H) memory
     with torch.no_grad():
         assert torch.equal(y, gateloop(*(lay(t) for t in (q, k, v, a)), h0=h0, mode="numba"))
 
 
-@pytest.mark.parametrize("t", [3, 200, 298])      # lane 5's own first steps, a shared tile, its own last steps
-def test_compiled_tiled_kernel_checks(t):
+@pytest.mark.parametrize("t", [3, 200, 298])      # the first steps, the middle, the last steps
+def test_numba_row_kernel_checks(t):
     q, k, v, a = _layer_like_inputs(1, 8, 300)
     bad = a.clone()
     bad[0, 5, t, 0] = 1.0001
@@ -424,4 +416,4 @@ def test_compiled_tiled_kernel_checks(t):
         gateloop(q, k, v, a, mode="numba")
     edge = torch.polar(torch.ones(1, 8, 300, 1), a.angle())      # |a| = 1 exactly is allowed
     check(gateloop(q.nan_to_num(posinf=0.0), k, v, edge, mode="numba"),
-          reference(q.nan_to_num(posinf=0.0), k, v, edge)[0], 1e-5, "tiled, |a| = 1")
+          reference(q.nan_to_num(posinf=0.0), k, v, edge)[0], 1e-5, "row kernel, |a| = 1")

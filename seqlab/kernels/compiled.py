@@ -8,10 +8,11 @@ about what one fused elementwise pass over the same bytes costs (``benchmarks/sc
 
 The loops are the recurrences exactly as the papers write them (no reassociation, no fused
 multiply-add: ``fastmath`` is off), so in float32 they round like a step-by-step loop (on real inputs
-the scan equals ``linear_scan(mode="sequential")`` to the bit; GateLoop's heads-last, tiled and
-per-head kernels agree to the bit, up to the sign of a zero; both are tested). One kernel needs what Numba cannot say:
-GateLoop with a row per head vectorises across heads by transposing 8 x 8 tiles in registers, and
-the shuffles that do it are written in LLVM IR (``_ir_transpose8``, through ``numba.extending.intrinsic``).
+the scan equals ``linear_scan(mode="sequential")`` to the bit; GateLoop's two layouts agree to the bit,
+up to the sign of a zero; both are tested). GateLoop has one loop per memory layout the layers pass,
+forward and backward, each next to eq. 7-8: a row per head ``(B*H, L, d)``, and for ``dk = dv = 1``
+(the paper's max-headed models) heads side by side ``(B, L, H)``, as the layer's projections leave them,
+where one contiguous loop over the heads vectorises.
 They run in parallel over independent sequences (batch rows, blocks of channels, heads), on as
 many threads as ``torch.get_num_threads()`` allows; each sequence is computed by one thread, so the
 result does not depend on the thread count.
@@ -29,9 +30,7 @@ import torch
 
 try:  # pragma: no cover - exercised on platforms without numba wheels
     import numba
-    from llvmlite import ir
-    from numba import prange, types
-    from numba.extending import intrinsic
+    from numba import prange
 
     HAVE_NUMBA = True
     _IMPORT_ERROR = ""
@@ -39,24 +38,17 @@ except Exception as exc:  # noqa: BLE001 - any import failure means "no compiled
     HAVE_NUMBA = False
     _IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
 
-__all__ = ["HAVE_NUMBA", "CompiledUnavailable", "require_compiled", "scan_forward", "gateloop_compiled"]
+__all__ = ["HAVE_NUMBA", "CompiledUnavailable", "require_compiled", "scan_forward", "gateloop_compiled",
+           "additive_transitions"]
 
 # Sequences (rows x channel blocks) handed to one thread at a time: a block of at least this many
 # contiguous channels keeps whole cache lines per row; narrower rows are interleaved in groups instead
 # (independent chains side by side, so a step does not wait for the latency of the previous one).
 _MIN_BLOCK = 64
 _INTERLEAVE = 16
-# GateLoop with dk = dv = 1: heads run side by side, each this many steps behind the previous one.
-_HEADS = 4
-_SKEW = 37
 # |a| above 1 + 1e-6 is refused (the torch modes' bound), compared as |a|^2.
 _MAX_ABS2 = (1.0 + 1e-6) ** 2
-# The same bound for float32 |a|^2: the largest float32 not above it, so that the comparison in float32
-# accepts exactly the values the float64 comparison accepts.
-_MAX_ABS2_F32 = float(np.nextafter(np.float32(_MAX_ABS2), np.float32(0))
-                      if float(np.float32(_MAX_ABS2)) > _MAX_ABS2 else np.float32(_MAX_ABS2))
-# The tiled GateLoop kernel: lane j of 8 runs this many steps ahead of lane 0 (64 bytes of a float32 row).
-_TILE_SKEW = 16
+
 
 
 class CompiledUnavailable(RuntimeError):
@@ -182,205 +174,6 @@ if HAVE_NUMBA:
                             row[j] += qi * s_ij
             _row_stats(y[n].ravel(), a[n].ravel(), stats[n])
 
-    # ------------------------------------------------------------ dk = dv = 1, one row per head, 8 heads at once
-    # A head's row is contiguous in time, so eight heads' values at one step lie a row apart, and a
-    # vector instruction cannot load them. The tiled kernel loads an 8 x 8 tile (8 heads x 8 steps) as
-    # eight row vectors, transposes it in registers (24 shuffles: Numba has no shuffles, so they are
-    # written in LLVM IR below), runs the 8 steps with each instruction updating all 8 heads, and
-    # transposes the outputs back. The arithmetic is the scalar kernel's, less the terms its complex
-    # arithmetic adds for a real operand (+ 0i after k v, 0 * Im s in q s), which can only change the
-    # sign of a zero: the results are equal, bit for bit, as values.
-
-    _F32X8 = ir.VectorType(ir.FloatType(), 8)
-
-    def _ir_mask(*lanes):
-        return ir.Constant(ir.VectorType(ir.IntType(32), len(lanes)), list(lanes))
-
-    def _ir_transpose8(b, rows):
-        """The 8 x 8 transpose of eight ``<8 x float>`` rows: three rounds of two-source shuffles
-        (32-bit pairs, 64-bit pairs, 128-bit halves), which x86 lowers to unpck / shufps / perm2f128."""
-        pairs = []
-        for i in range(0, 8, 2):
-            pairs.append(b.shuffle_vector(rows[i], rows[i + 1], _ir_mask(0, 8, 1, 9, 4, 12, 5, 13)))
-            pairs.append(b.shuffle_vector(rows[i], rows[i + 1], _ir_mask(2, 10, 3, 11, 6, 14, 7, 15)))
-        quads = []
-        for i in (0, 4):
-            for j in (0, 1):
-                lo, hi = pairs[i + j], pairs[i + 2 + j]
-                quads.append(b.shuffle_vector(lo, hi, _ir_mask(0, 1, 8, 9, 4, 5, 12, 13)))
-                quads.append(b.shuffle_vector(lo, hi, _ir_mask(2, 3, 10, 11, 6, 7, 14, 15)))
-        cols = [None] * 8
-        for c in range(4):
-            cols[c] = b.shuffle_vector(quads[c], quads[4 + c], _ir_mask(0, 1, 2, 3, 8, 9, 10, 11))
-            cols[c + 4] = b.shuffle_vector(quads[c], quads[4 + c], _ir_mask(4, 5, 6, 7, 12, 13, 14, 15))
-        return cols
-
-    def _ir_vec_ptr(b, data, offset):
-        return b.bitcast(b.gep(data, [offset]), _F32X8.as_pointer())
-
-    def _ir_load_rows(b, data, start, stride):
-        """Eight ``<8 x float>`` loads at ``data[start + r * stride]``, r < 8 (unaligned)."""
-        rows = []
-        for r in range(8):
-            load = b.load(_ir_vec_ptr(b, data, b.add(start, b.mul(stride, ir.Constant(stride.type, r)))))
-            load.align = 4
-            rows.append(load)
-        return rows
-
-    def _ir_store_rows(b, data, start, stride, rows):
-        for r, vec in enumerate(rows):
-            store = b.store(vec, _ir_vec_ptr(b, data, b.add(start, b.mul(stride, ir.Constant(stride.type, r)))))
-            store.align = 4
-
-    def _ir_load8(b, data, offset):
-        load = b.load(_ir_vec_ptr(b, data, ir.Constant(ir.IntType(64), offset)))
-        load.align = 4
-        return load
-
-    def _ir_store8(b, data, offset, vec):
-        b.store(vec, _ir_vec_ptr(b, data, ir.Constant(ir.IntType(64), offset))).align = 4
-
-    @intrinsic
-    def _gateloop_tile8(typingctx, q, k, v, a, y, start, stride, state, flags):
-        """Eight steps of eight heads: ``q, k, v`` float32 and ``a, y`` complex64 seen as float32 (re, im
-        interleaved), all 1-D; head ``j``'s steps start at ``start + j * stride`` (in ``a``, ``y``: twice
-        that); ``state`` = [Re s (8), Im s (8)] in and out; ``flags`` = [|a| > 1 (8), y not finite (8)],
-        raised (set to 1) and never lowered."""
-        sig = types.void(q, k, v, a, y, start, stride, state, flags)
-
-        def codegen(context, b, signature, args):
-            qd, kd, vd, ad, yd, sd, fd = (context.make_array(signature.args[i])(context, b, args[i]).data
-                                          for i in (0, 1, 2, 3, 4, 7, 8))
-            start, stride = args[5], args[6]
-            two, eight = ir.Constant(start.type, 2), ir.Constant(start.type, 8)
-            q8 = _ir_transpose8(b, _ir_load_rows(b, qd, start, stride))        # q8[u]: the 8 heads' q at step u
-            kv8 = _ir_transpose8(b, [b.fmul(kr, vr) for kr, vr in             # k v, formed before the transpose
-                                     zip(_ir_load_rows(b, kd, start, stride), _ir_load_rows(b, vd, start, stride))])
-            a_start, a_stride = b.mul(start, two), b.mul(stride, two)
-            a16 = (_ir_transpose8(b, _ir_load_rows(b, ad, a_start, a_stride))                  # Re a_u, Im a_u for
-                   + _ir_transpose8(b, _ir_load_rows(b, ad, b.add(a_start, eight), a_stride)))  # u < 4, then u >= 4
-            sr, si = _ir_load8(b, sd, 0), _ir_load8(b, sd, 8)
-            zero = ir.Constant(_F32X8, [0.0] * 8)
-            limit = ir.Constant(_F32X8, [float(_MAX_ABS2_F32)] * 8)
-            bad_a = b.fcmp_unordered(">", zero, zero)                        # all false
-            bad_y = bad_a
-            y16 = []
-            for u in range(8):
-                ar, ai = a16[2 * u], a16[2 * u + 1]
-                # eq. 7, s <- a s + k v, rounded as numba's complex arithmetic rounds it: (ar sr - ai si) + kv, ar si + ai sr
-                sr, si = (b.fadd(b.fsub(b.fmul(ar, sr), b.fmul(ai, si)), kv8[u]),
-                          b.fadd(b.fmul(ar, si), b.fmul(ai, sr)))
-                yr, yi = b.fmul(q8[u], sr), b.fmul(q8[u], si)                # eq. 8
-                y16 += [yr, yi]
-                bad_a = b.or_(bad_a, b.fcmp_unordered(">", b.fadd(b.fmul(ar, ar), b.fmul(ai, ai)), limit))
-                bad_y = b.or_(bad_y, b.or_(b.fcmp_unordered("!=", b.fsub(yr, yr), zero),
-                                           b.fcmp_unordered("!=", b.fsub(yi, yi), zero)))
-            _ir_store8(b, sd, 0, sr)
-            _ir_store8(b, sd, 8, si)
-            one = ir.Constant(_F32X8, [1.0] * 8)
-            _ir_store8(b, fd, 0, b.select(bad_a, one, _ir_load8(b, fd, 0)))
-            _ir_store8(b, fd, 8, b.select(bad_y, one, _ir_load8(b, fd, 8)))
-            _ir_store_rows(b, yd, a_start, a_stride, _ir_transpose8(b, y16[:8]))
-            _ir_store_rows(b, yd, b.add(a_start, eight), a_stride, _ir_transpose8(b, y16[8:]))
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    @numba.njit(cache=True, nogil=True, inline="always")
-    def _step_real(ar, ai, kv, sr, si):  # pragma: no cover - compiled
-        """One step of eq. 7 in real arithmetic, the operations of :func:`_gateloop_tile8`."""
-        return (ar * sr - ai * si) + kv, ar * si + ai * sr
-
-    @numba.njit(cache=True, nogil=True)
-    def _tiled_lane_steps(q, k, v, a, y, n, t0, t1, lane, state, flags, chunk, checkpoints):  # pragma: no cover
-        """Steps ``t0 <= t < t1`` of head ``n`` (lane ``lane`` of its group) one at a time, as the tile does them."""
-        save = checkpoints.shape[0] > 0
-        sr, si = state[lane], state[8 + lane]
-        for t in range(t0, t1):
-            if save and t % chunk == 0:
-                checkpoints[n, t // chunk] = complex(sr, si)
-            ar, ai = a[n, 2 * t], a[n, 2 * t + 1]
-            sr, si = _step_real(ar, ai, k[n, t] * v[n, t], sr, si)
-            yr, yi = q[n, t] * sr, q[n, t] * si
-            y[n, 2 * t], y[n, 2 * t + 1] = yr, yi
-            if not (ar * ar + ai * ai <= _MAX_ABS2_F32):
-                flags[lane] = 1.0
-            if (yr - yr != 0.0) or (yi - yi != 0.0):
-                flags[8 + lane] = 1.0
-        state[lane], state[8 + lane] = sr, si
-
-    @_jit
-    def _gateloop_tiled_kernel(q, k, v, a, h0, chunk, y, final, checkpoints, stats):  # pragma: no cover
-        """The scalar kernel's job for float32 ``q, k, v`` and complex64 ``a``, eight heads per vector.
-
-        q, k, v: (N, L) float32; a, y: (N, 2L) float32 (complex64 seen as re, im pairs); h0: (N or 1,)
-        complex64; final: (N,); checkpoints: (N, ceil(L / chunk)) or empty; stats: (N, 2). Rows past the
-        last multiple of 8 go to the scalar kernel (the caller's job).
-
-        Lane ``j`` of a group runs ``_TILE_SKEW * j`` steps ahead of lane 0: rows of power-of-two
-        length lie a multiple of 4 KiB apart, and eight loads from the same offset in eight rows would
-        compete for one set of the L1 cache (and 4K-alias with the stores of ``y``). Each lane does its
-        first ``_TILE_SKEW * j`` and its last few steps alone (:func:`_tiled_lane_steps`).
-        """
-        N, L = q.shape
-        qf, kf, vf, af, yf = q.ravel(), k.ravel(), v.ravel(), a.ravel(), y.ravel()
-        skew = _TILE_SKEW
-        span = 7 * skew                                   # lane 7's lead
-        tiles = (L - span) // 8 if L > span else 0        # 8-step tiles every lane runs
-        for g in prange(N // 8):
-            n0 = 8 * g
-            state = np.empty(16, dtype=np.float32)
-            flags = np.zeros(16, dtype=np.float32)
-            for j in range(8):
-                s0 = h0[0] if h0.shape[0] == 1 else h0[n0 + j]
-                state[j], state[8 + j] = s0.real, s0.imag
-                _tiled_lane_steps(q, k, v, a, y, n0 + j, 0, min(L, skew * j), j, state, flags, chunk, checkpoints)
-            for i in range(tiles):
-                t0 = 8 * i                                    # lane j is at step t0 + skew * j
-                if checkpoints.shape[0] > 0:
-                    for j in range(8):
-                        t = t0 + skew * j
-                        if t % chunk == 0:
-                            checkpoints[n0 + j, t // chunk] = complex(state[j], state[8 + j])
-                _gateloop_tile8(qf, kf, vf, af, yf, n0 * L + t0, L + skew, state, flags)
-            for j in range(8):
-                _tiled_lane_steps(q, k, v, a, y, n0 + j, max(min(L, skew * j), skew * j + 8 * tiles), L, j,
-                                  state, flags, chunk, checkpoints)
-                final[n0 + j] = complex(state[j], state[8 + j])
-                stats[n0 + j, 0] = flags[8 + j]
-                stats[n0 + j, 1] = flags[j]
-
-    @_jit
-    def _gateloop_scalar_kernel(q, k, v, a, h0, chunk, y, final, checkpoints, stats):  # pragma: no cover
-        """The same for ``dk = dv = 1`` (the paper's max-headed models): q, k, v, a, y: (N, L), h0: (N or 1,),
-        final: (N,), checkpoints: (N, ceil(L / chunk)) or empty, stats: (N, 2).
-
-        One step is a handful of flops, so a single head waits on the latency of the complex
-        multiply-add ``s <- a s + k v``. Four heads run side by side instead, each ``_SKEW`` steps behind
-        the previous one: with power-of-two ``L`` the heads' rows lie a multiple of 4 KiB apart, and
-        the CPU would otherwise mistake their loads for stores to the same address ("4K aliasing").
-        """
-        N, L = q.shape
-        save = checkpoints.shape[0] > 0
-        for grp in prange((N + _HEADS - 1) // _HEADS):
-            n0 = grp * _HEADS
-            m = min(N, n0 + _HEADS) - n0
-            s = final[n0:n0 + m]              # the running states live in the output's slots
-            for g in range(m):
-                s[g] = h0[0] if h0.shape[0] == 1 else h0[n0 + g]
-            for t in range(L + (_HEADS - 1) * _SKEW):
-                for g in range(_HEADS):           # a constant trip count: unrolled
-                    tt = t - g * _SKEW
-                    if tt >= 0 and tt < L and g < m:
-                        n = n0 + g
-                        if save and tt % chunk == 0:
-                            checkpoints[n, tt // chunk] = s[g]
-                        h = a[n, tt] * s[g] + k[n, tt] * v[n, tt]     # eq. 7
-                        s[g] = h
-                        y[n, tt] = q[n, tt] * h                         # eq. 8
-            for n in range(n0, n0 + m):
-                _row_stats(y[n], a[n], stats[n])
-
     @_jit
     def _gateloop_heads_last_kernel(q, k, v, a, h0, chunk, y, final, checkpoints, stats):  # pragma: no cover
         """``dk = dv = 1`` with the heads side by side in memory, as the GateLoop layer's projections leave them.
@@ -503,6 +296,67 @@ if HAVE_NUMBA:
                             G[i, j] = ca * G[i, j]                      # G_t's share of G_{t-1}
 
 
+if HAVE_NUMBA:
+
+    @_jit
+    def _additive_transitions_forward(d, kbar, a):  # pragma: no cover - compiled
+        """LightNet eq. 7's transitions, one pass: ``kbar_t = exp(d_t) / s_t``, ``a_t = 1 - kbar_t = s_{t-1} / s_t``,
+        ``s_t = sum_{r<=t} exp(d_r)``, kept in float64 relative to the running maximum ``m_t`` of ``d`` (the
+        online softmax normaliser: no exponent is positive, any key is safe). d, kbar, a: (N, L, D)."""
+        N, L, D = d.shape
+        for n in prange(N):
+            m = np.full(D, -np.inf)
+            s = np.zeros(D)
+            for t in range(L):
+                for j in range(D):
+                    x = np.float64(d[n, t, j])
+                    if x > m[j]:                   # a new maximum: rescale the sum to it
+                        s_prev = s[j] * np.exp(m[j] - x)
+                        m[j] = x
+                        e = 1.0
+                    else:
+                        s_prev = s[j]
+                        e = np.exp(x - m[j])
+                    total = s_prev + e
+                    kbar[n, t, j] = e / total
+                    a[n, t, j] = s_prev / total
+                    s[j] = total
+
+    @_jit
+    def _additive_transitions_backward(kbar, a, g, gd):  # pragma: no cover - compiled
+        """``dL/dd_r = kbar_r (g_r - Q_r)`` with ``Q_r = g_r kbar_r + a_{r+1} Q_{r+1}`` (a reverse recurrence,
+        float64), ``g = dL/dkbar - dL/da``. kbar, a, g, gd: (N, L, D)."""
+        N, L, D = kbar.shape
+        for n in prange(N):
+            Q = np.zeros(D)
+            for s in range(L):
+                t = L - 1 - s
+                for j in range(D):
+                    after = a[n, t + 1, j] * Q[j] if t + 1 < L else 0.0
+                    q = np.float64(g[n, t, j]) * kbar[n, t, j] + after
+                    Q[j] = q
+                    gd[n, t, j] = kbar[n, t, j] * (g[n, t, j] - q)
+
+
+def additive_transitions(d: torch.Tensor, grad: torch.Tensor | None = None):
+    """The kernels above on CPU tensors ``(..., L, D)``: ``(kbar, a)``, or with ``grad = (kbar, a, g)`` the
+    gradient with respect to ``d``. Used by ``seqlab.ops.decay`` (additive decay on GateLoop's loop)."""
+    require_compiled("decay_attention", d)
+    _use_threads()
+    if grad is None:
+        x = d.contiguous()
+        flat = x.reshape(-1, *x.shape[-2:])
+        kbar, a = torch.empty_like(flat), torch.empty_like(flat)
+        if flat.numel():
+            _additive_transitions_forward(_np(flat), kbar.numpy(), a.numpy())
+        return kbar.reshape(d.shape), a.reshape(d.shape)
+    kbar, a, g = (t.contiguous().reshape(-1, *t.shape[-2:]) for t in grad)
+    gd = torch.empty_like(kbar)
+    if gd.numel():
+        _additive_transitions_backward(_np(kbar), _np(a), _np(g.to(kbar.dtype)), gd.numpy())
+    return gd.reshape(d.shape)
+
+
 def _tasks(B: int, D: int, threads: int) -> tuple[int, int]:
     """(rows per task, channel blocks per row) for the scan kernel on ``threads`` threads."""
     if D < _MIN_BLOCK:
@@ -558,32 +412,6 @@ def _check_stats(stats: np.ndarray, a: torch.Tensor) -> None:
                                  "see the op's docstring for its valid range")
 
 
-def _tiles_apply(q, k, v, a, work) -> bool:
-    """The tiled kernel's case: float32 ``q, k, v`` and a complex64 ``a`` (what the GateLoop layer makes)."""
-    return (work == torch.complex64 and a.dtype == torch.complex64
-            and all(t.dtype == torch.float32 for t in (q, k, v)))
-
-
-def _run_max_headed(q, k, v, a, h0, y, final, ckpt, stats) -> None:
-    """``dk = dv = 1``, one row per head: rows in groups of 8 to the tiled kernel where it applies,
-    the others to the scalar kernel. q, k, v, a: (N, L, 1); the outputs as in :func:`_run_forward`."""
-    N, L = q.shape[:2]
-    ins = [_np(t).reshape(N, L) for t in (q, k, v, a)]       # (N, L, 1) -> (N, L), reshaped by NumPy (cheaper)
-    outs = [y.numpy().reshape(N, L), final.numpy().reshape(N), ckpt.numpy().reshape(ckpt.shape[:2]), stats]
-    h0 = _np(h0).reshape(-1)
-    tiled = 8 * (N // 8) if _tiles_apply(q, k, v, a, y.dtype) else 0
-    rows = lambda arr, sl: arr[sl] if arr.shape[0] > 1 else arr  # noqa: E731  h0 may be one shared row; ckpt empty
-    if tiled:
-        head = slice(0, tiled)
-        pairs = lambda arr: arr[head].view(np.float32)  # noqa: E731  complex64 (n, L) as float32 (n, 2L)
-        _gateloop_tiled_kernel(*(t[head] for t in ins[:3]), pairs(ins[3]), rows(h0, head), _GATELOOP_CHUNK,
-                               pairs(outs[0]), *(rows(o, head) for o in outs[1:]))
-    if tiled < N:
-        rest = slice(tiled, N)
-        _gateloop_scalar_kernel(*(t[rest] for t in ins), rows(h0, rest), _GATELOOP_CHUNK,
-                                *(rows(o, rest) for o in outs))
-
-
 def _run_forward(q, k, v, a, h0, save: bool, heads_last: bool):
     """Run a forward kernel: ``(y, final, checkpoints)`` in the dtype of ``h0`` (the computation's).
 
@@ -607,11 +435,8 @@ def _run_forward(q, k, v, a, h0, save: bool, heads_last: bool):
     y, final = torch.empty(N, L, dv, dtype=work), torch.empty(N, dk, dv, dtype=work)
     ckpt = torch.empty((N if save else 0), n_ckpt, dk, dv, dtype=work)
     stats = np.empty((N, 2))
-    if dk == 1 and dv == 1:
-        _run_max_headed(q, k, v, a, h0, y, final, ckpt, stats)
-    else:
-        _gateloop_forward_kernel(_np(q), _np(k), _np(v), _np(a), _np(h0), _GATELOOP_CHUNK,
-                                 y.numpy(), final.numpy(), ckpt.numpy(), stats)
+    _gateloop_forward_kernel(_np(q), _np(k), _np(v), _np(a), _np(h0), _GATELOOP_CHUNK,
+                             y.numpy(), final.numpy(), ckpt.numpy(), stats)
     _check_stats(stats, a)
     return y, final, ckpt
 
@@ -668,8 +493,7 @@ def gateloop_compiled(q, k, v, a, h0=None, *, dtype: torch.dtype | None = None):
 
     With ``dk = dv = 1`` and inputs laid out ``(B, L, H)`` in memory (the GateLoop layer's projections,
     viewed as ``(B, H, L, 1)``), the heads are updated side by side with vector instructions and ``y``
-    comes back as the same kind of view; otherwise every head is a row of its own (with ``dk = dv = 1``,
-    float32 q, k, v and a complex64 a, eight rows at a time through the tiled kernel).
+    comes back as the same kind of view; otherwise every head is a row of its own.
     """
     require_compiled("gateloop", q, k, v, a, h0)
     work = dtype or torch.promote_types(torch.promote_types(q.dtype, k.dtype), torch.promote_types(v.dtype, a.dtype))

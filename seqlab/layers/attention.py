@@ -30,7 +30,7 @@ from seqlab.ops._checks import check_mode, check_tensor
 
 __all__ = ["elu_feature_map", "linear_attention", "MLP", "TransformerBlock", "LinearTransformerBlock"]
 
-LINEAR_ATTENTION_MODES = ("quadratic", "cumsum", "chunked")
+LINEAR_ATTENTION_MODES = ("auto", "quadratic", "cumsum", "chunked", "numba")
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -88,15 +88,37 @@ def _linear_attention_chunked(fq, fk, v, causal: bool, eps: float, chunk: int) -
     return out[..., :L, :]
 
 
+def _linear_attention_gateloop(fq, fk, v, eps: float, mode: str) -> torch.Tensor:
+    """Causal linear attention as GateLoop's recurrence with ``a = 1``: the numerator ``phi(q_t) S_t`` and the
+    normaliser ``phi(q_t) . z_t`` (``z_t = sum_{s<=t} phi(k_s)``) in one run, by a column of ones appended to ``v``."""
+    from seqlab.ops import gateloop
+
+    *lead, L, d = fk.shape
+    ve = torch.cat([v, v.new_ones(*v.shape[:-1], 1)], dim=-1)                # (..., L, e + 1)
+    rows = lambda t: t.reshape(1, -1, L, t.shape[-1])  # noqa: E731  every leading index a head
+    y = gateloop(rows(fq), rows(fk), rows(ve), torch.ones_like(rows(fk)), mode=mode).reshape(*lead, L, -1)
+    return _divide(y[..., :-1], y[..., -1], eps)
+
+
+def _auto_mode(causal: bool, device: torch.device) -> str:
+    if causal and device.type == "cpu":
+        from seqlab.kernels.compiled import HAVE_NUMBA
+
+        if HAVE_NUMBA:
+            return "numba"
+    return "chunked"
+
+
 def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True,
-                     mode: str = "chunked", feature_map=elu_feature_map, eps: float = 1e-6,
+                     mode: str = "auto", feature_map=elu_feature_map, eps: float = 1e-6,
                      chunk: int = 64) -> torch.Tensor:
     """Linear attention of Katharopoulos et al. 2020: ``q, k: (..., L, d)``, ``v: (..., L, e)`` -> ``(..., L, e)``.
 
     ``mode``: ``"quadratic"`` (masked ``L x L`` matrix), ``"cumsum"`` (the recurrence as cumulative
-    sums), ``"chunked"`` (default). All three compute the same function.
+    sums), ``"chunked"``, ``"numba"`` (causal only: GateLoop's compiled loop with ``a = 1``), ``"auto"``
+    (``numba`` for causal attention on a CPU, else ``chunked``). All compute the same function.
     """
-    check_mode("linear_attention", mode, LINEAR_ATTENTION_MODES)
+    mode = check_mode("linear_attention", mode, LINEAR_ATTENTION_MODES)
     check_tensor("q", q, min_ndim=2)
     check_tensor("k", k, min_ndim=2)
     check_tensor("v", v, min_ndim=2)
@@ -105,6 +127,13 @@ def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     if v.shape[:-1] != q.shape[:-1]:
         raise ValueError(f"v: expected shape {tuple(q.shape[:-1]) + ('e',)} (q's leading dims), got {tuple(v.shape)}")
     fq, fk = feature_map(q), feature_map(k)
+    if mode == "auto":
+        mode = _auto_mode(causal, q.device)
+    if mode == "numba":
+        if not causal:
+            raise NotImplementedError("linear_attention(mode='numba') runs the causal recurrence; the non-causal "
+                                      "form is two matrix products: use mode='chunked' or 'cumsum'")
+        return _linear_attention_gateloop(fq, fk, v, eps, "numba")
     if mode == "quadratic":
         return _linear_attention_quadratic(fq, fk, v, causal, eps)
     if mode == "cumsum":
@@ -188,7 +217,7 @@ class LinearTransformerBlock(_AttentionBlock):
     """Pre-norm linear-attention block (Katharopoulos et al. 2020, elu+1 features)."""
 
     def __init__(self, d_model: int, heads: int = 4, mlp_ratio: float = 4.0, dropout: float = 0.0,
-                 causal: bool = True, mode: str = "chunked", chunk: int = 64):
+                 causal: bool = True, mode: str = "auto", chunk: int = 64):
         super().__init__(d_model, heads, mlp_ratio, dropout, causal)
         self.mode = check_mode("LinearTransformerBlock", mode, LINEAR_ATTENTION_MODES)
         self.chunk = chunk

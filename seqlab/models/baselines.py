@@ -66,8 +66,9 @@ def build_transformer(*, vocab_size: int, num_classes: int | None = None, seq_le
 def build_linear_transformer(*, vocab_size: int, num_classes: int | None = None, seq_len: int | None = None,
                              d_model: int = 64, n_layers: int = 2, n_heads: int = 4, mlp_ratio: float = 4.0,
                              dropout: float = 0.0, max_len: int | None = None, causal: bool = True,
-                             pool: str = "mean", mode: str = "chunked", chunk: int = 64) -> SequenceModel:
-    """Pre-norm Linear Transformer (elu+1 features; causal by cumulative sums, chunked) with learned positions."""
+                             pool: str = "mean", mode: str = "auto", chunk: int = 64) -> SequenceModel:
+    """Pre-norm Linear Transformer (elu+1 features) with learned positions; ``mode`` of ``linear_attention``
+    (``auto``: causal attention on GateLoop's Numba loop on a CPU, else chunked)."""
     return _stack(LinearTransformerBlock, vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len,
                   d_model=d_model, n_layers=n_layers, max_len=max_len, pool=pool, causal=causal,
                   heads=n_heads, mlp_ratio=mlp_ratio, dropout=dropout, mode=mode, chunk=chunk)

@@ -581,6 +581,8 @@ def _exact_gradient_at_zero_transitions(form, q, k, v, a, h0, chunk_size):
     ``L x dk x dv`` states, and only then.
     """
     zero = a == 0
+    if h0 is None and zero.shape[-2]:  # S_0 = 0: the exact gradient at a_1 is <S_0, dS_1> = 0, which the form gives already
+        zero[..., 0, :] = False
     if not (torch.is_grad_enabled() and a.requires_grad and has_values(a) and bool(zero.any())):
         return form(q, k, v, a, h0, chunk_size)
     y, S = form(q, k, v, torch.where(zero, a.detach(), a), h0, chunk_size)
