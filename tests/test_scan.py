@@ -177,7 +177,7 @@ def test_auto_is_the_compiled_loop_on_cpu():
 
 
 def test_auto_falls_back_to_blocked_without_numba(monkeypatch):
-    import seqlab.kernels.compiled as compiled
+    import seqlab.kernels.numba as compiled
 
     monkeypatch.setattr(compiled, "HAVE_NUMBA", False)
     assert scan_auto_mode(torch.device("cpu")) == "blocked"
