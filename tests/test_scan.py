@@ -208,7 +208,7 @@ def test_chunk_size_in_range():
 
 def test_blocked_with_explicit_chunks_and_leftovers():
     """Chunk lengths that do not divide L leave a tail (forward) or head (reverse) run sequentially."""
-    from seqlab.ops.scan import _forward_blocked
+    from seqlab.ops.scan.blocked import _forward_blocked
 
     a, x, h0 = make_inputs("complex", 2, 203, 3, time_invariant=False, with_h0=True)
     for C in (2, 5, 16, 101):
