@@ -356,8 +356,8 @@ def test_numba_is_auto_on_cpu_for_causal_decays_and_complex_inputs():
 def test_additive_transitions_and_their_written_out_gradient(path, monkeypatch):
     """``kbar_t = exp(d_t)/s_t`` and ``a_t = s_{t-1}/s_t`` (eq. 7) against the plain float64 formula, and the
     hand-written backward against autograd (gradcheck), in the compiled and the torch path."""
-    from seqlab.kernels import compiled
-    from seqlab.ops.decay import _additive_transitions
+    from seqlab.kernels import numba as compiled
+    from seqlab.ops.decay.on_gateloop import _additive_transitions
 
     if path == "torch":
         monkeypatch.setattr(compiled, "HAVE_NUMBA", False)
@@ -373,8 +373,8 @@ def test_additive_transitions_and_their_written_out_gradient(path, monkeypatch):
 
 
 def test_additive_transitions_beyond_float64_range_use_the_log_domain(monkeypatch):
-    from seqlab.kernels import compiled
-    from seqlab.ops.decay import _additive_transitions
+    from seqlab.kernels import numba as compiled
+    from seqlab.ops.decay.on_gateloop import _additive_transitions
 
     monkeypatch.setattr(compiled, "HAVE_NUMBA", False)
     d = torch.tensor([[-500.0], [400.0], [390.0]], dtype=torch.float64)     # a spread of 900: exp(-900) = 0

@@ -94,6 +94,6 @@ def test_kernels_compile_for_sm80_and_sm90():
     jobs += [("additive_decay_bwd_kernel", BWD_SIG, {"SHARED": False, "BLOCK_K": 64, "BLOCK_V": 16}, cap)
              for cap in (80, 90)]
     with ThreadPoolExecutor(len(jobs)) as pool:
-        results = list(pool.map(lambda j: compile_for("seqlab.kernels.decay", j[0], j[1], j[2], capability=j[3]), jobs))
+        results = list(pool.map(lambda j: compile_for("seqlab.ops.decay.triton", j[0], j[1], j[2], capability=j[3]), jobs))
     for (name, *_, cap), res in zip(jobs, results):
         assert "ptx" in res["asm"] and res["ptx_chars"] > 1000, f"{name} sm_{cap}: {res}"

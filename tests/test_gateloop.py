@@ -241,7 +241,7 @@ def test_gradients_long_sequence(mode):
 
 
 def test_auto_is_the_compiled_kernel_on_cpu(monkeypatch):
-    from seqlab.kernels import compiled
+    from seqlab.kernels import numba as compiled
     from seqlab.ops.gateloop import _pick_auto
 
     q, k, v, a = make_inputs(L=5)
@@ -334,7 +334,7 @@ def test_compiled_half_precision_inputs():
 def test_compiled_heads_last_layout_is_kept_and_exact():
     """dk = dv = 1 inputs viewed from (B, L, H) memory (the layer's projections): the vectorised kernel,
     a heads-last y, and gradients equal to the float64 recurrence's (gradcheck, h0 and final state)."""
-    from seqlab.kernels.compiled import _is_heads_last
+    from seqlab.ops.gateloop.numba import _is_heads_last
 
     B, L, H = 3, 150, 5
     lay = lambda t: t.transpose(1, 2).unsqueeze(-1)  # noqa: E731  (B, L, H) -> (B, H, L, 1) view

@@ -62,5 +62,5 @@ def test_kernels_compile_for_gpu(kernel, capability):
         "h0_re h0_im g_re g_im gS_re gS_im dq_re dq_im dk_re dk_im dv_re dv_im dl_re dl_im dh0_re dh0_im st_re st_im".split()
     signature = {n: "*fp32" for n in names}
     signature.update(L="i32", DK="i32", DV="i32", C="constexpr", BK="constexpr", BV="constexpr")
-    out = compile_for("seqlab.kernels.gateloop", kernel, signature, {"C": 16, "BK": 16, "BV": 16}, capability=capability)
+    out = compile_for("seqlab.ops.gateloop.triton", kernel, signature, {"C": 16, "BK": 16, "BV": 16}, capability=capability)
     assert "ptx" in out["asm"] and out["ptx_chars"] > 1000

@@ -49,3 +49,23 @@ def test_readout_does_not_shadow_the_standard_library():
     import inspect
 
     assert inspect.getsource(test_readout_does_not_shadow_the_standard_library).startswith("def ")
+
+
+@pytest.mark.parametrize("op,forms", [
+    ("scan", ("reference", "doubling", "associative", "blocked", "numba", "triton")),
+    ("gateloop", ("recurrent", "associative", "attention", "chunked", "numba", "triton")),
+    ("decay", ("reference", "additive", "multiplicative", "on_gateloop", "numba", "triton")),
+    ("relation", ("reference", "quadratic", "linear", "streaming", "triton")),
+])
+def test_one_folder_per_op_holds_every_form(op, forms):
+    """A reader opens ``seqlab/ops/<op>/`` and finds the equation (``__init__``), its float64 form and every
+    fast form side by side; ``kernels/`` keeps only what the ops share."""
+    folder = PACKAGE / "ops" / op
+    assert {f"{name}.py" for name in ("__init__", *forms)} <= {p.name for p in folder.glob("*.py")}
+    assert {p.name for p in (PACKAGE / "kernels").glob("*.py")} == {"__init__.py", "aot.py", "numba.py"}
+
+
+def test_no_llvm_ir_in_the_package():
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text()
+        assert "llvmlite" not in text and "numba.extending" not in text, f"{path.relative_to(PACKAGE.parent)}"

@@ -7,7 +7,7 @@ from conftest import check
 import sys
 
 import seqlab.ops  # noqa: F401  (the package re-exports the function `relation`, so fetch the module itself)
-rel = sys.modules["seqlab.ops.relation"]
+rel = sys.modules["seqlab.ops.relation.quadratic"]   # where the quadratic form looks its budget up
 from seqlab.ops.relation import (relation, relation_attention_matrix, relation_pairs, relation_query,
                                  relation_reference, relation_state, relation_step)
 

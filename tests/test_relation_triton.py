@@ -51,7 +51,7 @@ def test_triton_refusals():
         relation(p, p, mode="triton", pre_norm="exact")
     with pytest.raises(ValueError, match="mode='triton' runs the linear form"):
         relation(p, p, mode="triton", activation="relu")
-    from seqlab.kernels.relation import triton_logcumsumexp
+    from seqlab.ops.relation.triton import triton_logcumsumexp
 
     with pytest.raises(TypeError, match="float32 or float64"):  # the op hands half precision over as float32
         triton_logcumsumexp(p.half())
@@ -69,7 +69,7 @@ def test_kernels_compile_for_sm80_and_sm90():
     jobs = [(k, sig, cap) for k, sig in (("logcumsumexp_fwd_kernel", SIG), ("logcumsumexp_bwd_kernel", BWD_SIG))
             for cap in (80, 90)]
     with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(lambda j: compile_for("seqlab.kernels.relation", j[0], j[1],
+        results = list(pool.map(lambda j: compile_for("seqlab.ops.relation.triton", j[0], j[1],
                                                       {"BLOCK_H": 64, "STATE_FP64": False}, capability=j[2]), jobs))
     for (name, _, cap), res in zip(jobs, results):
         assert "ptx" in res["asm"] and res["ptx_chars"] > 500, f"{name} sm_{cap}: {res}"

@@ -177,7 +177,7 @@ def test_auto_is_the_compiled_loop_on_cpu():
 
 
 def test_auto_falls_back_to_blocked_without_numba(monkeypatch):
-    import seqlab.kernels.compiled as compiled
+    import seqlab.kernels.numba as compiled
 
     monkeypatch.setattr(compiled, "HAVE_NUMBA", False)
     assert scan_auto_mode(torch.device("cpu")) == "blocked"
@@ -208,7 +208,7 @@ def test_chunk_size_in_range():
 
 def test_blocked_with_explicit_chunks_and_leftovers():
     """Chunk lengths that do not divide L leave a tail (forward) or head (reverse) run sequentially."""
-    from seqlab.ops.scan import _forward_blocked
+    from seqlab.ops.scan.blocked import _forward_blocked
 
     a, x, h0 = make_inputs("complex", 2, 203, 3, time_invariant=False, with_h0=True)
     for C in (2, 5, 16, 101):

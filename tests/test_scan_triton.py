@@ -58,8 +58,8 @@ def test_triton_forward_and_backward_match_float64_loop(kind, case):
 
 def test_triton_several_channel_blocks():
     """D = 20 over blocks of 8 channels: three programs per row, the last one masked."""
-    from seqlab.kernels.scan import TritonLinearScan
-    import seqlab.kernels.scan as ks
+    from seqlab.ops.scan.triton import TritonLinearScan
+    import seqlab.ops.scan.triton as ks
 
     a, x, h0 = _inputs("complex", 2, 33, 20, False, True)
     orig = ks._block_d
@@ -122,7 +122,7 @@ def test_triton_bfloat16_x_with_float32_decays():
 
 def test_triton_rejects_unsupported_dtype():
     """The kernel wrapper refuses float16 (the op hands it over as float32, see test_op_contract)."""
-    from seqlab.kernels.scan import triton_linear_scan
+    from seqlab.ops.scan.triton import triton_linear_scan
 
     with pytest.raises(TypeError, match="dtype must be one of"):
         triton_linear_scan(torch.rand(1, 1, 4, dtype=torch.float16), torch.rand(2, 3, 4, dtype=torch.float16), None)
@@ -154,7 +154,7 @@ class TestAOTForward:  # one class per kernel: pytest-xdist --dist loadscope run
         from seqlab.kernels.aot import compile_for
 
         # bf16 in/out with the float32 state, complex planes, h0: the widest branch of the kernel
-        out = compile_for("seqlab.kernels.scan", "linear_scan_fwd_kernel", _fwd_signature("bf16"),
+        out = compile_for("seqlab.ops.scan.triton", "linear_scan_fwd_kernel", _fwd_signature("bf16"),
                           {**_CONST, "REVERSE": capability == 90}, capability=capability)
         assert "ptx" in out["asm"] and out["ptx_chars"] > 0
 
@@ -164,6 +164,6 @@ class TestAOTBackward:
     def test_backward_kernel_compiles(self, capability):
         from seqlab.kernels.aot import compile_for
 
-        out = compile_for("seqlab.kernels.scan", "linear_scan_bwd_kernel", _bwd_signature("fp32"),
+        out = compile_for("seqlab.ops.scan.triton", "linear_scan_bwd_kernel", _bwd_signature("fp32"),
                           {**_CONST, "REVERSE": capability == 80}, capability=capability)
         assert "ptx" in out["asm"] and out["ptx_chars"] > 0

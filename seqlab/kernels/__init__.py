@@ -1,4 +1,7 @@
-"""Triton kernels and their autograd wrappers. Reached only through ``ops.<op>(..., mode="triton")``.
+"""What the ops share about their backends: which one ``mode="auto"`` runs on (:func:`fast_backend`, written
+once for every op), Triton's availability and its CPU interpreter, Numba (``seqlab.kernels.numba``) and
+ahead-of-time compilation (``seqlab.kernels.aot``). The kernels themselves live beside the equations they
+compute, in each op's folder: ``seqlab/ops/<op>/triton.py`` and ``numba.py``.
 
 Triton ships for Linux only. Without it every other mode works and ``mode="triton"`` raises
 :class:`TritonUnavailable` saying why. Without CUDA, the kernels run in Triton's CPU interpreter:
@@ -50,3 +53,18 @@ def require_triton(op: str, *tensors: torch.Tensor) -> None:
             f"{op}(mode='triton'): CPU tensors need Triton's interpreter; set TRITON_INTERPRET=1 before importing seqlab, "
             "or move the tensors to a CUDA device"
         )
+
+
+def fast_backend(device: torch.device | str) -> str | None:
+    """The backend ``mode="auto"`` of every op runs on for tensors on ``device``: ``"triton"`` on CUDA (Triton
+    installed and not interpreted), ``"numba"`` on CPU (Numba importable), else ``None`` (the op's best torch
+    form). The measurements behind the choice are in ``benchmarks/``."""
+    kind = torch.device(device).type
+    if kind == "cuda" and HAVE_TRITON and not interpreted():
+        return "triton"
+    if kind == "cpu":
+        from seqlab.kernels import numba as numba_backend
+
+        if numba_backend.HAVE_NUMBA:
+            return "numba"
+    return None

@@ -101,12 +101,9 @@ def _linear_attention_gateloop(fq, fk, v, eps: float, mode: str) -> torch.Tensor
 
 
 def _auto_mode(causal: bool, device: torch.device) -> str:
-    if causal and device.type == "cpu":
-        from seqlab.kernels.compiled import HAVE_NUMBA
+    from seqlab.kernels import fast_backend
 
-        if HAVE_NUMBA:
-            return "numba"
-    return "chunked"
+    return "numba" if causal and fast_backend(device) == "numba" else "chunked"
 
 
 def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True,

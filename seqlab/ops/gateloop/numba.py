@@ -1,87 +1,32 @@
-"""CPU kernels: the recurrences as plain loops, compiled to machine code by Numba.
+"""``gateloop(mode="numba")``: eq. 7-8 compiled for the CPU by Numba, forward and backward.
 
-Reached through ``ops.linear_scan(..., mode="numba")`` and ``ops.gateloop(..., mode="numba")``
-(and ``mode="auto"`` on CPU). A Python loop over time pays the interpreter on every step; the
-vectorised torch modes (``blocked``, ``chunked``) avoid that by moving the data two or three times.
-A compiled loop does neither: it reads every input once and writes every output once, so a scan costs
-about what one fused elementwise pass over the same bytes costs (``benchmarks/scan.py``).
+One loop per memory layout the layers pass, each next to the equations:
 
-The loops are the recurrences exactly as the papers write them (no reassociation, no fused
-multiply-add: ``fastmath`` is off), so in float32 they round like a step-by-step loop (on real inputs
-the scan equals ``linear_scan(mode="sequential")`` to the bit; GateLoop's two layouts agree to the bit,
-up to the sign of a zero; both are tested). GateLoop has one loop per memory layout the layers pass,
-forward and backward, each next to eq. 7-8: a row per head ``(B*H, L, d)``, and for ``dk = dv = 1``
-(the paper's max-headed models) heads side by side ``(B, L, H)``, as the layer's projections leave them,
-where one contiguous loop over the heads vectorises.
-They run in parallel over independent sequences (batch rows, blocks of channels, heads), on as
-many threads as ``torch.get_num_threads()`` allows; each sequence is computed by one thread, so the
-result does not depend on the thread count.
+- a row per head, ``q, k, a: (B*H, L, dk)``, ``v: (B*H, L, dv)``: :func:`_gateloop_forward_kernel` and
+  :func:`_gateloop_backward_kernel`;
+- ``dk = dv = 1`` (the paper's max-headed models) with the heads side by side, ``(B, L, H)``, as the
+  GateLoop layer's projections leave them: :func:`_gateloop_heads_last_kernel` and
+  :func:`_gateloop_heads_last_backward`, where one contiguous loop over the heads vectorises.
 
-Numba is a dependency of seqlab; if it cannot be imported (an unsupported platform), ``HAVE_NUMBA``
-is ``False``, ``mode="auto"`` uses the torch modes and ``mode="numba"`` raises
-:class:`CompiledUnavailable` saying why.
+The two agree to the bit (up to the sign of a zero; tested). The backward pass is the reverse
+recurrence from states saved every 64 steps, each chunk's states recomputed from its checkpoint; the
+magnitude check of ``a`` and the finiteness check of ``y`` are flags the kernels raise on their way
+through the data.
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import torch
 
-try:  # pragma: no cover - exercised on platforms without numba wheels
+from seqlab.kernels.numba import HAVE_NUMBA, MAX_ABS2, as_numpy, require_numba, use_threads
+
+__all__ = ["gateloop_numba"]
+
+if HAVE_NUMBA:
     import numba
     from numba import prange
 
-    HAVE_NUMBA = True
-    _IMPORT_ERROR = ""
-except Exception as exc:  # noqa: BLE001 - any import failure means "no compiled mode"
-    HAVE_NUMBA = False
-    _IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
-
-__all__ = ["HAVE_NUMBA", "CompiledUnavailable", "require_compiled", "scan_forward", "gateloop_compiled",
-           "additive_transitions"]
-
-# Sequences (rows x channel blocks) handed to one thread at a time: a block of at least this many
-# contiguous channels keeps whole cache lines per row; narrower rows are interleaved in groups instead
-# (independent chains side by side, so a step does not wait for the latency of the previous one).
-_MIN_BLOCK = 64
-_INTERLEAVE = 16
-# |a| above 1 + 1e-6 is refused (the torch modes' bound), compared as |a|^2.
-_MAX_ABS2 = (1.0 + 1e-6) ** 2
-
-
-
-class CompiledUnavailable(RuntimeError):
-    """``mode="numba"`` was asked for where the Numba kernels cannot run."""
-
-
-def require_compiled(op: str, *tensors: torch.Tensor) -> None:
-    """Raise a clear error if ``op``'s compiled mode cannot run on these tensors."""
-    if not HAVE_NUMBA:
-        raise CompiledUnavailable(f"{op}(mode='numba') needs numba, which failed to import ({_IMPORT_ERROR}); "
-                                  "use mode='auto' (the torch modes)")
-    for t in tensors:
-        if t is not None and t.device.type != "cpu":
-            raise CompiledUnavailable(f"{op}(mode='numba') runs on CPU tensors; got a tensor on {t.device} "
-                                      "(use mode='auto', which picks the Triton kernel on CUDA)")
-
-
-def _np(t: torch.Tensor):
-    """A contiguous NumPy view (or copy) of a CPU tensor, lazy conjugation and negation resolved."""
-    if t.is_contiguous() and not (t.is_conj() or t.is_neg()):
-        return t.detach().numpy()                          # the common case, in a third of the time
-    return t.detach().resolve_conj().resolve_neg().contiguous().numpy()
-
-
-def _use_threads() -> int:
-    n = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
-    if numba.get_num_threads() != n:   # (setting it costs more than asking)
-        numba.set_num_threads(n)
-    return n
-
-
-if HAVE_NUMBA:
-    _jit = numba.njit(parallel=True, cache=True, fastmath=False, nogil=True)
+    from seqlab.kernels.numba import jit
 
     @numba.njit(cache=True, nogil=True)
     def _row_stats(y, a, out):  # pragma: no cover - compiled
@@ -97,47 +42,11 @@ if HAVE_NUMBA:
             bad_y |= (d.real != 0.0) | (d.imag != 0.0)
         bad_a = False
         for t in range(a.shape[0]):
-            bad_a |= not (a[t].real * a[t].real + a[t].imag * a[t].imag <= _MAX_ABS2)
+            bad_a |= not (a[t].real * a[t].real + a[t].imag * a[t].imag <= MAX_ABS2)
         out[0] = 1.0 if bad_y else 0.0
         out[1] = 1.0 if bad_a else 0.0
 
-    @_jit
-    def _scan_kernel(a, x, h0, reverse, rows_per_task, blocks, out):  # pragma: no cover - compiled
-        """``out[b, t] = a[b, t] * out[b, t-1] + x[b, t]`` (``t`` descending when ``reverse``).
-
-        x, out: (B, L, D); a: (Ba, La, D) with Ba in {1, B}, La in {1, L} (1: time-invariant);
-        h0: (Bh, D) with Bh in {1, B} (zeros when there is no initial state).
-        One task: ``rows_per_task`` rows x one block of D / ``blocks`` channels, all L steps.
-        """
-        B, L, D = x.shape
-        width = (D + blocks - 1) // blocks
-        groups = (B + rows_per_task - 1) // rows_per_task
-        for task in prange(groups * blocks):
-            r0 = (task // blocks) * rows_per_task
-            r1 = min(B, r0 + rows_per_task)
-            d0 = (task % blocks) * width
-            d1 = min(D, d0 + width)
-            h = np.empty((r1 - r0, d1 - d0), dtype=out.dtype)
-            for r in range(r0, r1):
-                for d in range(d0, d1):
-                    h[r - r0, d - d0] = h0[r if h0.shape[0] > 1 else 0, d]
-            n = d1 - d0
-            for s in range(L):
-                t = L - 1 - s if reverse else s
-                ta = t if a.shape[1] > 1 else 0
-                for r in range(r0, r1):
-                    # 1-D rows: contiguous inner loops, which LLVM vectorises
-                    a_row = a[r if a.shape[0] > 1 else 0, ta, d0:d1]
-                    x_row = x[r, t, d0:d1]
-                    o_row = out[r, t, d0:d1]
-                    h_row = h[r - r0]
-                    for d in range(n):
-                        v = a_row[d] * h_row[d] + x_row[d]
-                        h_row[d] = v
-                        o_row[d] = v
-        return out
-
-    @_jit
+    @jit
     def _gateloop_forward_kernel(q, k, v, a, h0, chunk, y, final, checkpoints, stats):  # pragma: no cover
         """GateLoop eq. 7-8 step by step, one head per task.
 
@@ -174,7 +83,7 @@ if HAVE_NUMBA:
                             row[j] += qi * s_ij
             _row_stats(y[n].ravel(), a[n].ravel(), stats[n])
 
-    @_jit
+    @jit
     def _gateloop_heads_last_kernel(q, k, v, a, h0, chunk, y, final, checkpoints, stats):  # pragma: no cover
         """``dk = dv = 1`` with the heads side by side in memory, as the GateLoop layer's projections leave them.
 
@@ -202,7 +111,7 @@ if HAVE_NUMBA:
                 y_t = y[b, t]
                 for n in range(H):
                     at = a_t[n]
-                    bad_a |= not (at.real * at.real + at.imag * at.imag <= _MAX_ABS2)
+                    bad_a |= not (at.real * at.real + at.imag * at.imag <= MAX_ABS2)
                     h = at * s[n] + k_t[n] * v_t[n]           # eq. 7, every head at once
                     s[n] = h
                     yt = q_t[n] * h                             # eq. 8
@@ -212,7 +121,7 @@ if HAVE_NUMBA:
             stats[b, 0] = 1.0 if bad_y else 0.0
             stats[b, 1] = 1.0 if bad_a else 0.0
 
-    @_jit
+    @jit
     def _gateloop_heads_last_backward(q, k, v, a, checkpoints, chunk, gy, gS,
                                       dq, dk_, dv_, da, dh0):  # pragma: no cover - compiled
         """The backward pass of :func:`_gateloop_heads_last_kernel`: the reverse recurrence of
@@ -241,7 +150,7 @@ if HAVE_NUMBA:
                         dv_[b, t, n] = g * np.conj(k[b, t, n])
                         G[n] = np.conj(a[b, t, n]) * g
 
-    @_jit
+    @jit
     def _gateloop_backward_kernel(q, k, v, a, checkpoints, chunk, gy, gS,
                                   dq, dk_, dv_, da, dh0):  # pragma: no cover - compiled
         """The reverse recurrence of eq. 7-8 (PyTorch's conjugate convention for complex inputs).
@@ -296,93 +205,6 @@ if HAVE_NUMBA:
                             G[i, j] = ca * G[i, j]                      # G_t's share of G_{t-1}
 
 
-if HAVE_NUMBA:
-
-    @_jit
-    def _additive_transitions_forward(d, kbar, a):  # pragma: no cover - compiled
-        """LightNet eq. 7's transitions, one pass: ``kbar_t = exp(d_t) / s_t``, ``a_t = 1 - kbar_t = s_{t-1} / s_t``,
-        ``s_t = sum_{r<=t} exp(d_r)``, kept in float64 relative to the running maximum ``m_t`` of ``d`` (the
-        online softmax normaliser: no exponent is positive, any key is safe). d, kbar, a: (N, L, D)."""
-        N, L, D = d.shape
-        for n in prange(N):
-            m = np.full(D, -np.inf)
-            s = np.zeros(D)
-            for t in range(L):
-                for j in range(D):
-                    x = np.float64(d[n, t, j])
-                    if x > m[j]:                   # a new maximum: rescale the sum to it
-                        s_prev = s[j] * np.exp(m[j] - x)
-                        m[j] = x
-                        e = 1.0
-                    else:
-                        s_prev = s[j]
-                        e = np.exp(x - m[j])
-                    total = s_prev + e
-                    kbar[n, t, j] = e / total
-                    a[n, t, j] = s_prev / total
-                    s[j] = total
-
-    @_jit
-    def _additive_transitions_backward(kbar, a, g, gd):  # pragma: no cover - compiled
-        """``dL/dd_r = kbar_r (g_r - Q_r)`` with ``Q_r = g_r kbar_r + a_{r+1} Q_{r+1}`` (a reverse recurrence,
-        float64), ``g = dL/dkbar - dL/da``. kbar, a, g, gd: (N, L, D)."""
-        N, L, D = kbar.shape
-        for n in prange(N):
-            Q = np.zeros(D)
-            for s in range(L):
-                t = L - 1 - s
-                for j in range(D):
-                    after = a[n, t + 1, j] * Q[j] if t + 1 < L else 0.0
-                    q = np.float64(g[n, t, j]) * kbar[n, t, j] + after
-                    Q[j] = q
-                    gd[n, t, j] = kbar[n, t, j] * (g[n, t, j] - q)
-
-
-def additive_transitions(d: torch.Tensor, grad: torch.Tensor | None = None):
-    """The kernels above on CPU tensors ``(..., L, D)``: ``(kbar, a)``, or with ``grad = (kbar, a, g)`` the
-    gradient with respect to ``d``. Used by ``seqlab.ops.decay`` (additive decay on GateLoop's loop)."""
-    require_compiled("decay_attention", d)
-    _use_threads()
-    if grad is None:
-        x = d.contiguous()
-        flat = x.reshape(-1, *x.shape[-2:])
-        kbar, a = torch.empty_like(flat), torch.empty_like(flat)
-        if flat.numel():
-            _additive_transitions_forward(_np(flat), kbar.numpy(), a.numpy())
-        return kbar.reshape(d.shape), a.reshape(d.shape)
-    kbar, a, g = (t.contiguous().reshape(-1, *t.shape[-2:]) for t in grad)
-    gd = torch.empty_like(kbar)
-    if gd.numel():
-        _additive_transitions_backward(_np(kbar), _np(a), _np(g.to(kbar.dtype)), gd.numpy())
-    return gd.reshape(d.shape)
-
-
-def _tasks(B: int, D: int, threads: int) -> tuple[int, int]:
-    """(rows per task, channel blocks per row) for the scan kernel on ``threads`` threads."""
-    if D < _MIN_BLOCK:
-        rows = max(1, min(_INTERLEAVE // max(D, 1), math.ceil(B / threads)))
-        return rows, 1
-    blocks = max(1, min(D // _MIN_BLOCK, math.ceil(2 * threads / B)))
-    return 1, blocks
-
-
-def scan_forward(a: torch.Tensor, x: torch.Tensor, h0: torch.Tensor | None, reverse: bool) -> torch.Tensor:
-    """The compiled loop for ``seqlab.ops.linear_scan``'s canonical layout (no autograd here).
-
-    x: (B, L, D) real or complex; a: (Ba, La, D) with Ba in {1, B}, La in {1, L}, real or complex
-    (a real ``a`` with a complex ``x`` decays real and imaginary parts alike); h0: (Bh, D) or None.
-    """
-    require_compiled("linear_scan", a, x, h0)
-    B, L, D = x.shape
-    out = torch.empty_like(x)
-    if x.numel() == 0:
-        return out
-    h0 = torch.zeros(1, D, dtype=x.dtype) if h0 is None else h0.to(x.dtype)
-    rows, blocks = _tasks(B, D, _use_threads())
-    _scan_kernel(_np(a), _np(x), _np(h0), bool(reverse), rows, blocks, out.numpy())
-    return out
-
-
 # Steps between the states saved by the forward pass for the backward pass (memory: L / chunk states).
 _GATELOOP_CHUNK = 64
 
@@ -420,13 +242,13 @@ def _run_forward(q, k, v, a, h0, save: bool, heads_last: bool):
     """
     n_ckpt = (q.shape[1] + _GATELOOP_CHUNK - 1) // _GATELOOP_CHUNK
     work = h0.dtype
-    _use_threads()
+    use_threads()
     if heads_last:
         B, L, H = q.shape
         y, final = torch.empty(B, L, H, dtype=work), torch.empty(B, H, dtype=work)
         ckpt = torch.empty((B if save else 0), n_ckpt, H, dtype=work)
         stats = np.empty((B, 2))
-        _gateloop_heads_last_kernel(_np(q), _np(k), _np(v), _np(a), _np(h0), _GATELOOP_CHUNK,
+        _gateloop_heads_last_kernel(as_numpy(q), as_numpy(k), as_numpy(v), as_numpy(a), as_numpy(h0), _GATELOOP_CHUNK,
                                     y.numpy(), final.numpy(), ckpt.numpy(), stats)
         _check_stats(stats, a)
         return y, final, ckpt
@@ -435,13 +257,13 @@ def _run_forward(q, k, v, a, h0, save: bool, heads_last: bool):
     y, final = torch.empty(N, L, dv, dtype=work), torch.empty(N, dk, dv, dtype=work)
     ckpt = torch.empty((N if save else 0), n_ckpt, dk, dv, dtype=work)
     stats = np.empty((N, 2))
-    _gateloop_forward_kernel(_np(q), _np(k), _np(v), _np(a), _np(h0), _GATELOOP_CHUNK,
+    _gateloop_forward_kernel(as_numpy(q), as_numpy(k), as_numpy(v), as_numpy(a), as_numpy(h0), _GATELOOP_CHUNK,
                              y.numpy(), final.numpy(), ckpt.numpy(), stats)
     _check_stats(stats, a)
     return y, final, ckpt
 
 
-class _GateLoopCompiled(torch.autograd.Function):
+class _GateLoopNumba(torch.autograd.Function):
     """The compiled forward and backward kernels; ``h0`` is the start state (zeros when the caller gave none)."""
 
     @staticmethod
@@ -464,8 +286,8 @@ class _GateLoopCompiled(torch.autograd.Function):
         dv_ = torch.empty(v.shape, dtype=work)
         dh0 = torch.empty(ctx.state_shape, dtype=work)
         kernel = _gateloop_heads_last_backward if ctx.heads_last else _gateloop_backward_kernel
-        _use_threads()
-        kernel(_np(q), _np(k), _np(v), _np(a), _np(ckpt), _GATELOOP_CHUNK, _np(gy), _np(gS),
+        use_threads()
+        kernel(as_numpy(q), as_numpy(k), as_numpy(v), as_numpy(a), as_numpy(ckpt), _GATELOOP_CHUNK, as_numpy(gy), as_numpy(gS),
                dq.numpy(), dk_.numpy(), dv_.numpy(), da.numpy(), dh0.numpy())
         like = lambda g, t: (g if t.is_complex() else g.real).to(t.dtype)  # noqa: E731  a real input's gradient is real
         return (None, None, None, like(dq, q), like(dk_, k), like(dv_, v), like(da, a),
@@ -473,7 +295,7 @@ class _GateLoopCompiled(torch.autograd.Function):
 
 
 def _forward_only(work, heads_last, has_h0, q, k, v, a, h0):
-    """:class:`_GateLoopCompiled` without autograd (no input needs a gradient): no states are saved."""
+    """:class:`_GateLoopNumba` without autograd (no input needs a gradient): no states are saved."""
     return _run_forward(q, k, v, a, h0, False, heads_last)[:2]
 
 
@@ -482,7 +304,7 @@ def _is_heads_last(t: torch.Tensor) -> bool:
     return t.shape[-1] == 1 and t.transpose(1, 2).is_contiguous()
 
 
-def gateloop_compiled(q, k, v, a, h0=None, *, dtype: torch.dtype | None = None):
+def gateloop_numba(q, k, v, a, h0=None, *, dtype: torch.dtype | None = None):
     """GateLoop eq. 7-8 as one compiled loop, forward and backward: ``(y, S_L)`` in ``dtype``.
 
     q, k, a: (B, H, L, dk), v: (B, H, L, dv), h0: (B, H, dk, dv) or None. ``dtype`` is the dtype of the
@@ -495,7 +317,7 @@ def gateloop_compiled(q, k, v, a, h0=None, *, dtype: torch.dtype | None = None):
     viewed as ``(B, H, L, 1)``), the heads are updated side by side with vector instructions and ``y``
     comes back as the same kind of view; otherwise every head is a row of its own.
     """
-    require_compiled("gateloop", q, k, v, a, h0)
+    require_numba("gateloop", q, k, v, a, h0)
     work = dtype or torch.promote_types(torch.promote_types(q.dtype, k.dtype), torch.promote_types(v.dtype, a.dtype))
     B, H, L, dk = q.shape
     dv = v.shape[-1]
@@ -504,7 +326,7 @@ def gateloop_compiled(q, k, v, a, h0=None, *, dtype: torch.dtype | None = None):
         return torch.zeros(B, H, 0, dv, dtype=work), final
     ins = [_as_kernel_input(t, work) for t in (q, k, v, a)]
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, a, h0))
-    run = _GateLoopCompiled.apply if grad else _forward_only
+    run = _GateLoopNumba.apply if grad else _forward_only
     if dk == 1 and dv == 1 and all(_is_heads_last(t) for t in ins):
         lay = lambda t: t.transpose(1, 2).reshape(B, L, H)  # noqa: E731  a view: (B, L, H)
         start = torch.zeros(1, H, dtype=work) if h0 is None else h0.to(work).expand(B, H, 1, 1).reshape(B, H)

@@ -1,0 +1,69 @@
+"""Numba, shared by the ops' compiled CPU loops (``mode="numba"``; each op's loop lives in its own folder,
+``seqlab/ops/<op>/numba.py``).
+
+A Python loop over time pays the interpreter on every step; the vectorised torch modes avoid that by
+moving the data two or three times. A compiled loop does neither: it reads every input once and writes
+every output once. The loops are the recurrences exactly as the papers write them (no reassociation,
+no fused multiply-add: ``fastmath`` is off), so in float32 they round like a step-by-step loop. They run
+in parallel over independent sequences (batch rows, blocks of channels, heads), on as many threads as
+``torch.get_num_threads()`` allows; each sequence is computed by one thread, so the result does not
+depend on the thread count. The machine code is cached next to each ``numba.py`` (``__pycache__``):
+the first call with a new dtype compiles (2-8 s, once).
+
+Numba is a dependency of seqlab; if it cannot be imported (an unsupported platform), ``HAVE_NUMBA``
+is ``False``, ``mode="auto"`` uses the torch modes and ``mode="numba"`` raises :class:`NumbaUnavailable`
+saying why.
+"""
+from __future__ import annotations
+
+import torch
+
+try:  # pragma: no cover - exercised on platforms without numba wheels
+    import numba
+
+    HAVE_NUMBA = True
+    _IMPORT_ERROR = ""
+except Exception as exc:  # noqa: BLE001 - any import failure means "no compiled mode"
+    HAVE_NUMBA = False
+    _IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
+
+__all__ = ["HAVE_NUMBA", "NumbaUnavailable", "require_numba", "jit", "as_numpy", "use_threads", "MAX_ABS2"]
+
+# |a| above 1 + 1e-6 is refused (the torch modes' bound), compared as |a|^2.
+MAX_ABS2 = (1.0 + 1e-6) ** 2
+
+if HAVE_NUMBA:
+    # every compiled loop: parallel over independent sequences (prange), cached, exact IEEE arithmetic
+    jit = numba.njit(parallel=True, cache=True, fastmath=False, nogil=True)
+
+
+class NumbaUnavailable(RuntimeError):
+    """``mode="numba"`` was asked for where the Numba kernels cannot run."""
+
+
+CompiledUnavailable = NumbaUnavailable   # the name before mode="compiled" became mode="numba"
+
+
+def require_numba(op: str, *tensors: torch.Tensor) -> None:
+    """Raise a clear error if ``op``'s Numba mode cannot run on these tensors."""
+    if not HAVE_NUMBA:
+        raise NumbaUnavailable(f"{op}(mode='numba') needs numba, which failed to import ({_IMPORT_ERROR}); "
+                               "use mode='auto' (the torch modes)")
+    for t in tensors:
+        if t is not None and t.device.type != "cpu":
+            raise NumbaUnavailable(f"{op}(mode='numba') runs on CPU tensors; got a tensor on {t.device} "
+                                   "(use mode='auto', which picks the Triton kernel on CUDA)")
+
+
+def as_numpy(t: torch.Tensor):
+    """A contiguous NumPy view (or copy) of a CPU tensor, lazy conjugation and negation resolved."""
+    if t.is_contiguous() and not (t.is_conj() or t.is_neg()):
+        return t.detach().numpy()                          # the common case, in a third of the time
+    return t.detach().resolve_conj().resolve_neg().contiguous().numpy()
+
+
+def use_threads() -> int:
+    n = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    if numba.get_num_threads() != n:   # (setting it costs more than asking)
+        numba.set_num_threads(n)
+    return n

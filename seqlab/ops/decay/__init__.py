@@ -1,0 +1,158 @@
+"""Linear attention with decay: additive (LightNet) and multiplicative, causal and non-causal.
+
+Paper 003 ("You Only Scan Once", LightNet). Notation: ``q, k: (..., L, dk)``, ``v: (..., L, dv)``,
+any leading batch/head dimensions; every channel ``i`` of the key has its own decay.
+
+Linear attention with decay (§2, eq. 2)::
+
+    kv_t = lambda_t * kv_{t-1} + k_t v_t^T,     o_t^T = q_t^T kv_t,        0 < lambda_t <= 1
+
+Theorem 3.1: any such recurrence ``y_t = a_t y_{t-1} + x_t`` is ``y_t = sum_{s<=t} c_ts x_s`` with
+``c_ts = g_s / g_t``. Proposition 3.2 names the two ways to keep ``0 <= a_t <= 1`` with ``delta_t >= 0``:
+
+- multiplicative: ``log g_t = log g_{t-1} + delta_t``  ->  ``a_t = exp(-delta_t)`` (depends on x_t only);
+- additive:       ``g_t = g_{t-1} + delta_t``          ->  ``a_t = g_{t-1} / g_t`` (depends on all of x_1..x_t).
+
+LightNet (eq. 7) takes the additive kind with ``delta_t = exp(k_t)``, the decay shared with the key::
+
+    s_t = s_{t-1} + exp(k_t),   kbar_t = exp(k_t) / s_t,
+    kv_t = diag(1 - kbar_t) kv_{t-1} + kbar_t v_t^T,      o_t^T = q_t^T kv_t
+
+Unrolled, ``kv_t = sum_{s<=t} softmax_{s<=t}(k)_s v_s^T`` per channel: a *causal softmax over the
+sequence*. Non-causal (eq. 8) the denominator becomes the whole sum ``s = sum_t exp(k_t)``: one
+pass over the data (the "1 scan"). The multiplicative kind has no such form: non-causal it needs a
+forward and a backward scan (the "2 scan" of §3.1, Fig. 2).
+
+Functions:
+
+- :func:`decay_attention` - the op, in modes ``recurrent`` (the eq. 7 / eq. 2 loop, log-domain),
+  ``parallel`` (cumulative log-domain form / scan), ``chunked`` (intra-chunk matrices + inter-chunk
+  state), ``triton`` (additive causal, ``triton.py``).
+- :func:`decay_attention_reference` - float64 loops written exactly as the paper writes them.
+- :func:`decay_coefficients` - the ``c_ts`` matrix of Theorem 3.1 for either kind of Prop. 3.2.
+
+Extension used by LightNet's "no share" ablation and by MD-LRPE (Appendix A.2): for ``additive``,
+``log_decay`` may be given; then ``delta_t = exp(log_decay_t)`` are the importance scores and ``k_t``
+multiplies ``kbar_t`` in the state update: ``kv_t = diag(1 - kbar_t) kv_{t-1} + (kbar_t * k_t) v_t^T``.
+With ``log_decay=None`` the decay is shared with the key (eq. 7): ``log_decay = k`` and the multiplier is 1.
+
+Files: ``reference.py`` (eq. 2, 7, 8 as float64 loops), ``coefficients.py`` (Theorem 3.1, Prop. 3.2),
+``additive.py`` and ``multiplicative.py`` (the torch forms), ``on_gateloop.py`` (the causal decays as
+GateLoop's recurrence, run by its Numba loop), ``numba.py`` (additive decay's transitions, compiled),
+``triton.py`` (additive causal decay as a Triton kernel), ``_common.py`` (checks and chunk helpers).
+"""
+from __future__ import annotations
+
+import torch
+
+from seqlab.ops._checks import (
+    at_least_float32,
+    check_finite,
+    check_finite_inputs,
+    check_mode,
+    has_values,
+    traceable_mode,
+)
+from seqlab.ops.decay._common import DECAY_KINDS, _check_inputs, _out_dtype
+from seqlab.ops.decay.additive import (
+    _additive_chunked,
+    _additive_parallel,
+    _additive_parallel_noncausal,
+    _additive_recurrent,
+    _additive_recurrent_noncausal,
+)
+from seqlab.ops.decay.coefficients import decay_coefficients
+from seqlab.ops.decay.multiplicative import _multiplicative_causal, _multiplicative_recurrent, _none_noncausal
+from seqlab.ops.decay.on_gateloop import _causal_on_gateloop, gateloop_form
+from seqlab.ops.decay.reference import decay_attention_reference
+
+__all__ = ["decay_attention", "decay_attention_reference", "decay_coefficients", "gateloop_form", "DECAY_KINDS",
+           "DECAY_MODES"]
+
+
+
+
+DECAY_MODES = ("auto", "recurrent", "parallel", "chunked", "numba", "triton")
+
+
+def _pick_mode(mode, decay, causal, q, v):
+    """``auto``: non-causal additive / none are matrix products (``parallel``); multiplicative is chunked;
+    causal decays on a CPU run on GateLoop's Numba loop (without Numba: the plain loop up to ~100 tokens,
+    measured, longer ones chunked); on CUDA chunked."""
+    if mode != "auto":
+        return mode
+    if not causal:
+        return "chunked" if decay == "multiplicative" else "parallel"
+    from seqlab.kernels import fast_backend
+
+    if fast_backend(q.device) == "numba":
+        return "numba"
+    return "recurrent" if q.shape[-2] <= 96 and q.device.type == "cpu" else "chunked"
+
+
+def _flip(t):
+    return None if t is None else t.flip(-2)
+
+
+def decay_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, decay: str = "additive",
+                    log_decay: torch.Tensor | None = None, causal: bool = True, mode: str = "auto") -> torch.Tensor:
+    """LightNet attention before its norm and gate: ``(..., L, dk), (..., L, dk), (..., L, dv) -> (..., L, dv)``.
+
+    ``decay``:
+
+    - ``"additive"`` (LightNet): causal eq. 7, non-causal eq. 8 (one pass). ``log_decay=None`` shares the
+      decay with the key (``delta = exp(k)``); a given ``log_decay`` supplies ``delta = exp(log_decay)``
+      and ``k`` then multiplies ``kbar`` (see the module docstring);
+    - ``"multiplicative"``: eq. 2 with ``lambda_t = exp(-log_decay_t)`` (``log_decay >= 0`` required), shaped
+      like ``k`` (one decay per channel) or ``(..., L, 1)`` (one per head, as Lightning Attention); non-causal is the forward scan plus the backward scan of §3.1 (the diagonal counted by both);
+    - ``"none"``: plain linear attention (``lambda_t = 1``); non-causal is the right product ``Q (K^T V)``.
+
+    ``mode``: ``"recurrent"`` (the loops, log-domain), ``"parallel"`` (additive: cumulative log-domain
+    form; multiplicative: one ``linear_scan`` over the states; non-causal additive/none: matrix products),
+    ``"chunked"`` (intra-chunk matrices, inter-chunk states), ``"numba"`` (causal: GateLoop's compiled loop
+    on the recurrence of :func:`gateloop_form`), ``"triton"`` (additive, causal, real inputs),
+    ``"auto"`` (causal: ``numba`` on a CPU, ``chunked`` on CUDA; non-causal: ``parallel``, ``chunked`` for
+    multiplicative). ``q`` and ``v`` may be complex (not in Triton);
+    ``k`` and ``log_decay`` are real. All modes are stable for keys of +-50 (exponents are differences
+    of log-sums, never a raw ``exp(k)``).
+    """
+    q, k, v, log_decay = _check_inputs(q, k, v, decay, log_decay)
+    check_mode("decay_attention", mode, DECAY_MODES)
+    check_finite_inputs("decay_attention", q=q, k=k, v=v, log_decay=log_decay)
+    if decay == "multiplicative" and has_values(log_decay) and (log_decay < 0).any():
+        raise ValueError(f"log_decay: multiplicative decay needs log_decay >= 0 (lambda = exp(-log_decay) <= 1), "
+                         f"got min {float(log_decay.min()):.3g}")
+    mode = traceable_mode(_pick_mode(mode, decay, causal, q, v), "chunked", q, k, v, log_decay)
+    out_dtype = _out_dtype(q, v)
+    if q.shape[-2] == 0:  # no tokens: the empty output of every mode
+        return v.new_zeros(v.shape, dtype=out_dtype)
+    q, k, v, log_decay = map(at_least_float32, (q, k, v, log_decay))  # half precision is computed in float32
+    if mode == "numba":
+        if not causal:
+            raise NotImplementedError("decay_attention(mode='numba') runs the causal decays on GateLoop's loop; "
+                                      "got causal=False. Use mode='parallel' or 'chunked' (one or two scans)")
+        out = _causal_on_gateloop(q, k, v, decay, log_decay, "numba")
+    elif mode == "triton":
+        if decay != "additive" or not causal:
+            raise NotImplementedError(f"decay_attention(mode='triton') implements additive causal decay (eq. 7); "
+                                      f"got decay={decay!r}, causal={causal}. Use mode='chunked' or 'parallel'.")
+        from seqlab.ops.decay.triton import additive_decay_triton
+
+        out = additive_decay_triton(q, k, v, log_decay)
+    elif decay == "additive":
+        if causal:
+            fn = {"recurrent": _additive_recurrent, "parallel": _additive_parallel, "chunked": _additive_chunked}[mode]
+        else:
+            fn = {"recurrent": _additive_recurrent_noncausal, "parallel": _additive_parallel_noncausal,
+                  "chunked": _additive_parallel_noncausal}[mode]
+        out = fn(q, k, v, log_decay)
+    elif decay == "none" and not causal:
+        out = _none_noncausal(q, k, v) if mode != "recurrent" else (
+            _multiplicative_recurrent(q, k, v, None) + _flip(_multiplicative_recurrent(*map(_flip, (q, k, v)), None))
+            - torch.einsum("...ti,...ti,...tj->...tj", *(t.to(_out_dtype(q, v)) for t in (q, k)), v.to(_out_dtype(q, v))))
+    else:
+        ld = log_decay if decay == "multiplicative" else None
+        out = _multiplicative_causal(q, k, v, ld, mode)
+        if not causal:   # "2 scan": o_t = forward o_t + backward o_t (§3.1)
+            out = out + _flip(_multiplicative_causal(_flip(q), _flip(k), _flip(v), _flip(ld), mode))
+    return check_finite("decay_attention", out).to(out_dtype)
