@@ -30,6 +30,7 @@ import time
 
 import torch
 from _memory import steady_allocation
+from _timing import best_ms
 
 from seqlab.ops import relative_error
 from seqlab.ops.gateloop import gateloop
@@ -51,14 +52,7 @@ def make_inputs(B, H, L, dk, dv, seed=0, heads_last=False):
     return q, k, v, a
 
 
-def timed(fn, repeats: int) -> float:
-    fn()                                                   # warm-up
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best * 1e3
+timed = best_ms   # one untimed call, then the minimum over repeats (benchmarks/_timing.py)
 
 
 def timed_alternating(fns, rounds: int, block: int = 5) -> list[float]:

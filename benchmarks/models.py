@@ -18,10 +18,10 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
+from _timing import best_ms
 
 from seqlab import models
 
@@ -51,13 +51,7 @@ def step_ms(model: torch.nn.Module, B: int, L: int, repeats: int) -> float:
         model.zero_grad(set_to_none=True)
         F.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
 
-    step()
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        best = min(best, time.perf_counter() - start)
-    return best * 1e3
+    return best_ms(step, repeats)
 
 
 def slope(lengths, times) -> float | None:
