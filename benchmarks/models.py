@@ -7,8 +7,9 @@ Every family is built from one config (``d_model``, ``n_layers``; each family's 
 for ``L`` where a family has learned positions (``max_len = L``) or a fixed length (the FST's
 ``seq_len = L``). A step is ``loss.backward()`` of the next-token cross-entropy on random tokens; the time
 is the minimum over ``--repeats`` steps after one untimed step (compilation, allocation). Columns: the
-time in ms per length, the parameter count without the embedding, positions and output head, the ratio
-to the Transformer's step at the longest length both ran, and the slope of log t against log L over
+time in ms per length, the parameter count without the embedding, positions and output head (a range
+where it grows with L: the FST's twisted half), the ratio to the Transformer's step at ``--ratio-at``
+(4096), and the slope of log t against log L over
 ``--slope-from`` .. the longest length (1 = linear time, 2 = quadratic). A family whose step passes
 ``--max-seconds`` stops there (the quadratic CausalRN and the FST, whose twisted half is O(H L^2)).
 One math thread (``--threads``): the machine is shared, and one thread is what the lessons use.
@@ -74,35 +75,39 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--max-seconds", type=float, default=10.0, help="stop a family after a step this long")
     p.add_argument("--slope-from", type=int, default=1024, help="shortest L of the fitted slope")
+    p.add_argument("--ratio-at", type=int, default=4096, help="L of the ratio to the Transformer (else the longest "
+                                                              "L both ran)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     lengths = sorted(args.lengths)
     table = {}
     for name in args.models:
-        times, params = [], None
+        times, params = [], set()
         for L in lengths:
             if times and times[-1] is not None and times[-1] > args.max_seconds * 1e3:
                 times.append(None)
                 continue
             model = build(name, L, args.d_model, args.n_layers)
-            params = mixer_parameters(model)
+            params.add(mixer_parameters(model))
             times.append(step_ms(model, args.batch_size, L, args.repeats))
             print(f"  {name} L={L}: {times[-1]:.1f} ms", file=sys.stderr, flush=True)
         table[name] = (params, times)
     ref = table.get("transformer", (None, [None] * len(lengths)))[1]
     print(f"training step (forward + backward), B={args.batch_size}, d_model={args.d_model}, n_layers={args.n_layers}, "
-          f"threads={args.threads}, min of {args.repeats}; times in ms; x tf = the Transformer's time / this "
-          f"family's at the longest L both ran; slope of log t on log L from L={args.slope_from}")
-    head = f"{'model':>18} {'params':>8} | " + " ".join(f"{L:>8}" for L in lengths) + f" | {'x tf':>6} {'slope':>6}"
+          f"threads={args.threads}, min of {args.repeats}; times in ms; params without embedding, positions and head "
+          f"(a range: they grow with L); x tf = the Transformer's time / this family's at L={args.ratio_at} (or the "
+          f"longest L both ran); slope of log t on log L from L={args.slope_from}")
+    head = f"{'model':>18} {'params':>19} | " + " ".join(f"{L:>8}" for L in lengths) + f" | {'x tf':>6} {'slope':>6}"
     print(head)
     print("-" * len(head))
     for name, (params, times) in table.items():
         both = [i for i, (t, r) in enumerate(zip(times, ref)) if t is not None and r is not None]
-        speed = f"{ref[both[-1]] / times[both[-1]]:6.2f}" if both else f"{'-':>6}"
+        at = [i for i in both if lengths[i] == args.ratio_at] or both[-1:]
+        speed = f"{ref[at[0]] / times[at[0]]:6.2f}" if at else f"{'-':>6}"
+        count = f"{min(params):,}" if len(params) == 1 else f"{min(params):,}..{max(params):,}"
         fit = slope([L for L in lengths if L >= args.slope_from], [t for L, t in zip(lengths, times) if L >= args.slope_from])
         cells = " ".join(f"{t:8.1f}" if t is not None else f"{'-':>8}" for t in times)
-        print(f"{name:>18} {params:>8,} | {cells} | {speed} {fit:6.2f}" if fit is not None else
-              f"{name:>18} {params:>8,} | {cells} | {speed} {'-':>6}")
+        print(f"{name:>18} {count:>19} | {cells} | {speed} " + (f"{fit:6.2f}" if fit is not None else f"{'-':>6}"))
     return 0
 
 

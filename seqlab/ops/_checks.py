@@ -84,7 +84,10 @@ def first_nonfinite(t: torch.Tensor) -> tuple | None:
     """The index of the first NaN or inf of ``t`` (row-major order), or ``None`` when every value is finite."""
     if not has_values(t) or t.numel() == 0:
         return None
-    bad = ~torch.isfinite(t.detach())
+    t = t.detach()
+    if (t.is_floating_point() or t.is_complex()) and torch.isfinite(t.sum()):
+        return None      # one reduction: a sum is finite only if every term is (an overflowing sum looks below)
+    bad = ~torch.isfinite(t)
     if not bad.any():
         return None
     first = bad.flatten().nonzero()[0, 0]

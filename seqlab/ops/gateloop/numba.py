@@ -185,24 +185,32 @@ if HAVE_NUMBA:
                 for t in range(t1 - 1, t0 - 1, -1):
                     S_t = buf[t - t0 + 1]
                     S_prev = buf[t - t0]
+                    gy_t = gy[n, t]
+                    v_t = v[n, t]
+                    dv_t = dv_[n, t]
                     for j in range(dv):
-                        dv_[n, t, j] = 0
+                        dv_t[j] = 0
                     for i in range(dk):
                         cq = np.conj(q[n, t, i])
                         ck = np.conj(k[n, t, i])
-                        dq[n, t, i] = 0
-                        da[n, t, i] = 0
-                        dk_[n, t, i] = 0
-                        for j in range(dv):
-                            g = G[i, j] + cq * gy[n, t, j]              # G_t
-                            G[i, j] = g
-                            dq[n, t, i] += gy[n, t, j] * np.conj(S_t[i, j])
-                            da[n, t, i] += g * np.conj(S_prev[i, j])
-                            dk_[n, t, i] += g * np.conj(v[n, t, j])
-                            dv_[n, t, j] += ck * g
                         ca = np.conj(a[n, t, i])
+                        G_i = G[i]
+                        S_i = S_t[i]
+                        P_i = S_prev[i]
+                        # the row sums in registers (one store per row, not one per term)
+                        acc_q = dq.dtype.type(0)
+                        acc_a = dq.dtype.type(0)
+                        acc_k = dq.dtype.type(0)
                         for j in range(dv):
-                            G[i, j] = ca * G[i, j]                      # G_t's share of G_{t-1}
+                            g = G_i[j] + cq * gy_t[j]                   # G_t
+                            acc_q += gy_t[j] * np.conj(S_i[j])          # dq_t = gy_t S_t^H
+                            acc_a += g * np.conj(P_i[j])                # da_t = rowsum(G_t . conj(S_{t-1}))
+                            acc_k += g * np.conj(v_t[j])                # dk_t = G_t conj(v_t)^T
+                            dv_t[j] += ck * g                           # dv_t = conj(k_t) G_t
+                            G_i[j] = ca * g                             # G_t's share of G_{t-1}
+                        dq[n, t, i] = acc_q
+                        da[n, t, i] = acc_a
+                        dk_[n, t, i] = acc_k
 
 
 # Steps between the states saved by the forward pass for the backward pass (memory: L / chunk states).
