@@ -21,21 +21,22 @@ if HAVE_NUMBA:
         online softmax normaliser: no exponent is positive, any key is safe). d, kbar, a: (N, L, D)."""
         N, L, D = d.shape
         for n in prange(N):
-            m = np.full(D, -np.inf)
-            s = np.zeros(D)
+            m = np.full(D, -np.inf, dtype=d.dtype)  # the running maximum, in d's precision
+            s = np.zeros(D)                          # the sum relative to it, float64
             for t in range(L):
                 for j in range(D):
-                    x = np.float64(d[n, t, j])
-                    if x > m[j]:                   # a new maximum: rescale the sum to it
-                        s_prev = s[j] * np.exp(m[j] - x)
+                    x = d[n, t, j]
+                    if x > m[j]:                   # a new maximum: rescale the sum to it (rare after the start)
+                        s_prev = s[j] * np.exp(np.float64(m[j]) - np.float64(x))
                         m[j] = x
                         e = 1.0
-                    else:
+                    else:                          # exp(x - m) <= 1 in d's precision (expf for float32 d)
                         s_prev = s[j]
-                        e = np.exp(x - m[j])
+                        e = np.float64(np.exp(x - m[j]))
                     total = s_prev + e
-                    kbar[n, t, j] = e / total
-                    a[n, t, j] = s_prev / total
+                    inv = 1.0 / total
+                    kbar[n, t, j] = e * inv
+                    a[n, t, j] = s_prev * inv
                     s[j] = total
 
     @jit
