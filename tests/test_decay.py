@@ -372,11 +372,13 @@ def test_additive_transitions_and_their_written_out_gradient(path, monkeypatch):
     assert torch.autograd.gradcheck(lambda t: _additive_transitions(t), (x,))
 
 
-def test_additive_transitions_beyond_float64_range_use_the_log_domain(monkeypatch):
+@pytest.mark.parametrize("path", ["numba", "torch"])
+def test_additive_transitions_beyond_float64_range_use_the_log_domain(path, monkeypatch):
     from seqlab.kernels import numba as compiled
     from seqlab.ops.decay.on_gateloop import _additive_transitions
 
-    monkeypatch.setattr(compiled, "HAVE_NUMBA", False)
+    if path == "torch":
+        monkeypatch.setattr(compiled, "HAVE_NUMBA", False)
     d = torch.tensor([[-500.0], [400.0], [390.0]], dtype=torch.float64)     # a spread of 900: exp(-900) = 0
     kbar, a = _additive_transitions(d)
     z = torch.logcumsumexp(d, 0)

@@ -15,28 +15,23 @@ if HAVE_NUMBA:
     from seqlab.kernels.numba import jit
 
     @jit
-    def _additive_transitions_forward(d, kbar, a):  # pragma: no cover - compiled
-        """LightNet eq. 7's transitions, one pass: ``kbar_t = exp(d_t) / s_t``, ``a_t = 1 - kbar_t = s_{t-1} / s_t``,
-        ``s_t = sum_{r<=t} exp(d_r)``, kept in float64 relative to the running maximum ``m_t`` of ``d`` (the
-        online softmax normaliser: no exponent is positive, any key is safe). d, kbar, a: (N, L, D)."""
-        N, L, D = d.shape
+    def _additive_transitions_forward(e, kbar, a):  # pragma: no cover - compiled
+        """LightNet eq. 7's transitions from ``e_t = exp(d_t - max d)`` (float64, in (0, 1]), one pass:
+        ``s_t = sum_{r<=t} e_r``, ``kbar_t = e_t / s_t``, ``a_t = 1 - kbar_t = s_{t-1} / s_t``. e, kbar, a:
+        (N, L, D); the sums in float64, a contiguous loop over the channels (vectorised)."""
+        N, L, D = e.shape
         for n in prange(N):
-            m = np.full(D, -np.inf, dtype=d.dtype)  # the running maximum, in d's precision
-            s = np.zeros(D)                          # the sum relative to it, float64
+            s = np.zeros(D)
             for t in range(L):
+                e_t = e[n, t]
+                kbar_t = kbar[n, t]
+                a_t = a[n, t]
                 for j in range(D):
-                    x = d[n, t, j]
-                    if x > m[j]:                   # a new maximum: rescale the sum to it (rare after the start)
-                        s_prev = s[j] * np.exp(np.float64(m[j]) - np.float64(x))
-                        m[j] = x
-                        e = 1.0
-                    else:                          # exp(x - m) <= 1 in d's precision (expf for float32 d)
-                        s_prev = s[j]
-                        e = np.float64(np.exp(x - m[j]))
-                    total = s_prev + e
+                    s_prev = s[j]
+                    total = s_prev + e_t[j]
                     inv = 1.0 / total
-                    kbar[n, t, j] = e * inv
-                    a[n, t, j] = s_prev * inv
+                    kbar_t[j] = e_t[j] * inv
+                    a_t[j] = s_prev * inv
                     s[j] = total
 
     @jit
@@ -57,15 +52,16 @@ if HAVE_NUMBA:
 
 def additive_transitions(d: torch.Tensor, grad: torch.Tensor | None = None):
     """The kernels above on CPU tensors ``(..., L, D)``: ``(kbar, a)``, or with ``grad = (kbar, a, g)`` the
-    gradient with respect to ``d``. Used by ``seqlab.ops.decay`` (additive decay on GateLoop's loop)."""
+    gradient with respect to ``d``. Used by ``seqlab.ops.decay`` (additive decay on GateLoop's loop), which
+    keeps the spread of ``d`` along a sequence within float64's range (``exp(d - max d)`` > 0)."""
     require_numba("decay_attention", d)
     use_threads()
     if grad is None:
-        x = d.contiguous()
-        flat = x.reshape(-1, *x.shape[-2:])
-        kbar, a = torch.empty_like(flat), torch.empty_like(flat)
-        if flat.numel():
-            _additive_transitions_forward(as_numpy(flat), kbar.numpy(), a.numpy())
+        x = d.double()
+        e = torch.exp(x - x.amax(-2, keepdim=True)).reshape(-1, *d.shape[-2:])  # exp(d_t - m) in (0, 1], vectorised
+        kbar, a = torch.empty(e.shape, dtype=d.dtype), torch.empty(e.shape, dtype=d.dtype)
+        if e.numel():
+            _additive_transitions_forward(as_numpy(e), kbar.numpy(), a.numpy())
         return kbar.reshape(d.shape), a.reshape(d.shape)
     kbar, a, g = (t.contiguous().reshape(-1, *t.shape[-2:]) for t in grad)
     gd = torch.empty_like(kbar)

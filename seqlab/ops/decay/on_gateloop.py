@@ -33,20 +33,19 @@ def _additive_transitions(d):
     """``(kbar_t, a_t) = (exp(d_t) / s_t, s_{t-1} / s_t)`` with ``s_t = sum_{r<=t} exp(d_r)`` (eq. 7), so that
     ``a_t = 1 - kbar_t``: ratios of sums of exponentials, in which a constant shift of ``d`` cancels.
 
-    On a CPU one compiled pass (``numba.py``) keeps ``s`` in float64
-    relative to the running maximum of ``d`` (any key is safe). Elsewhere ``s`` is a float64 cumulative sum
-    of ``exp(d - max d)`` (terms in ``(0, 1]``), or, should the spread of ``d`` along a sequence pass ~700
-    (float64's range), the log domain: ``z = logcumsumexp(d)``, ``kbar_t = exp(d_t - z_t)``,
-    ``a_t = exp(z_{t-1} - z_t)``. The backward of the first two is written out (:class:`_AdditiveTransitions`).
+    ``s`` is a float64 cumulative sum of ``exp(d - max d)`` (terms in ``(0, 1]``: any key is safe while the
+    spread of ``d`` along a sequence stays within float64's range, ~700), taken on a CPU by one compiled pass
+    (``numba.py``), elsewhere by ``cumsum``; the backward of both is written out (:class:`_AdditiveTransitions`).
+    Past that spread the log domain takes over: ``z = logcumsumexp(d)``, ``kbar_t = exp(d_t - z_t)``,
+    ``a_t = exp(z_{t-1} - z_t)``.
     """
-    if not _compiled_transitions(d):
-        with torch.no_grad():
-            spread_ok = not has_values(d) or d.numel() == 0 or \
-                float((d.amax(-2) - d.amin(-2)).max()) <= _FLOAT64_SPREAD
-        if not spread_ok:
-            z = torch.logcumsumexp(d, dim=-2)                                      # log s_t
-            z_prev = torch.cat([torch.full_like(z[..., :1, :], -torch.inf), z[..., :-1, :]], dim=-2)
-            return torch.exp(d - z), torch.exp(z_prev - z)
+    with torch.no_grad():
+        spread_ok = not has_values(d) or d.numel() == 0 or \
+            float((d.amax(-2) - d.amin(-2)).max()) <= _FLOAT64_SPREAD
+    if not spread_ok:
+        z = torch.logcumsumexp(d, dim=-2)                                          # log s_t
+        z_prev = torch.cat([torch.full_like(z[..., :1, :], -torch.inf), z[..., :-1, :]], dim=-2)
+        return torch.exp(d - z), torch.exp(z_prev - z)
     return _AdditiveTransitions.apply(d)
 
 
