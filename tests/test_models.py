@@ -61,7 +61,7 @@ def test_old_config_names_warn_and_mean_the_new_ones(name, old, new):
     torch.manual_seed(0)
     b = models.build(name, vocab_size=7, seq_len=8, **{new: value})
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
-    with pytest.raises(TypeError, match=f"got both '{old}' and '{new}'"):
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match=f"got both '{old}' and '{new}'"):
         models.build(name, vocab_size=7, seq_len=8, **{old: value, new: value})
 
 
