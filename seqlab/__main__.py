@@ -54,6 +54,8 @@ def cmd_list(args) -> int:
 
 
 def cmd_train(args) -> int:
+    import torch
+
     from seqlab import config, models, tasks, train
 
     task = tasks.get(args.task, **parse_pairs(args.task_config, "--task-config"))
@@ -61,6 +63,7 @@ def cmd_train(args) -> int:
     fixed = sorted({"vocab_size", "num_classes", "seq_len"} & set(model_cfg))
     if fixed:
         raise ValueError(f"--config: {', '.join(fixed)} come from the task; set them through --task-config instead")
+    torch.manual_seed(args.seed)      # the initial weights are part of the run: --seed fixes them too
     model = models.build(args.model, vocab_size=task.vocab_size, num_classes=task.num_classes,
                          seq_len=task.seq_len, **model_cfg)
     device = config.device(args.device)

@@ -1,10 +1,12 @@
 """`python -m seqlab`: list, train (in a subprocess, a few steps, then resumed), argument errors."""
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from seqlab.__main__ import main, parse_pairs
 
@@ -34,6 +36,20 @@ def test_cli_trains_and_resumes_in_a_subprocess(tmp_path, capsys):
     assert main(["train", "--model", "transformer", "--task", "copying", "--steps", "4", "--batch-size", "8",
                  "--lr", "1e-2", "--no-progress", "--json", "--checkpoint", ckpt, "--resume", *TINY]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
+
+
+def test_same_seed_same_run_bit_for_bit(capsys):
+    """--seed fixes the initial weights as well as the batches: two runs print the same losses."""
+    args = ["train", "--model", "lightnet", "--task", "copying", "--steps", "6", "--batch-size", "8", "--lr", "1e-2",
+            "--no-progress", "--json", "--print-every", "1", "--seed", "3", "--threads", "1", *TINY]
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(123 + len(runs))         # whatever the global state, the run depends on --seed alone
+        assert main(args) == 0
+        runs.append(re.findall(r"loss[ =]([0-9.]+)", capsys.readouterr().out))   # every printed loss, no timings
+    assert runs[0] == runs[1] and len(runs[0]) >= 6
+    assert main(args[:-len(TINY) - 4] + ["--seed", "4", "--threads", "1", *TINY]) == 0
+    assert re.findall(r"loss[ =]([0-9.]+)", capsys.readouterr().out) != runs[0]
 
 
 def test_cli_list(capsys):
