@@ -62,14 +62,14 @@ def test_triton_several_channel_blocks():
     import seqlab.ops.scan.triton as ks
 
     a, x, h0 = _inputs("complex", 2, 33, 20, False, True)
-    orig = ks._block_d
-    ks._block_d = lambda D: 8
+    orig = ks.block_d
+    ks.block_d = lambda D: 8
     try:
         ins = [_f32(t).requires_grad_() for t in (a, x, h0)]
         out = TritonLinearScan.apply(*ins, False)
         out.abs().square().sum().backward()
     finally:
-        ks._block_d = orig
+        ks.block_d = orig
     refs = [t.clone().requires_grad_() for t in (a, x, h0)]
     ref = linear_scan_reference(*refs)
     ref.abs().square().sum().backward()

@@ -1,4 +1,4 @@
-"""Ahead-of-time compilation of a kernel for a real GPU target, without a GPU.
+"""Ahead-of-time compilation of a kernel for a real GPU target, without a GPU, and its register report.
 
 The CPU interpreter accepts code that the compiler rejects (non-constexpr shapes, unsupported
 dtypes, ...). ``compile_for`` compiles a kernel to PTX/cubin for ``sm_80`` or ``sm_90`` in a fresh
@@ -41,4 +41,53 @@ def compile_for(module: str, kernel: str, signature: dict, constexprs: dict, cap
     proc = subprocess.run([sys.executable, "-c", _SCRIPT, spec], capture_output=True, text=True, env=env, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"compiling {module}.{kernel} for sm_{capability} failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+_USAGE_SCRIPT = r"""
+import contextlib, importlib, io, json, re, sys
+import triton
+from triton.compiler import ASTSource
+from triton.backends.compiler import GPUTarget
+report = []
+for job in json.loads(sys.stdin.read()):
+    fn = getattr(importlib.import_module(job["module"]), job["kernel"])
+    sig = {}
+    for p in fn.params:
+        if p.is_constexpr:
+            sig[p.name] = "constexpr"
+        elif p.name.startswith("stride") or p.name.isupper():     # sizes and strides
+            sig[p.name] = "i32"
+        else:
+            sig[p.name] = "*" + job["dtype"]
+    log = io.StringIO()
+    with contextlib.redirect_stdout(log):       # Triton prints ptxas's -v report here (TRITON_DUMP_PTXAS_LOG)
+        constexprs = {k: v for k, v in job["constexprs"].items() if k in sig}   # the ones this kernel takes
+        triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs),
+                       target=GPUTarget("cuda", job["capability"], 32))
+    text = log.getvalue()
+    regs = re.search(r"Used (\d+) registers", text)
+    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)
+    report.append(dict(job, registers=int(regs.group(1)) if regs else None,
+                       spill_stores=int(spill.group(1)) if spill else None,
+                       spill_loads=int(spill.group(2)) if spill else None, ptxas=text[-2000:]))
+print(json.dumps(report))
+"""
+
+
+def ptxas_usage(jobs: list[dict]) -> list[dict]:
+    """Compile every job in one fresh process as Triton compiles for a real GPU, and return ``ptxas -v``'s
+    registers and spill bytes for each: ``ptxas`` runs with Triton's own options (the report comes from
+    Triton's ``make_cubin`` with ``TRITON_DUMP_PTXAS_LOG=1``; no Triton cache, so it always runs).
+
+    A job is ``{"module", "kernel", "constexprs", "capability", "dtype"}`` (``dtype``: the pointers' Triton
+    type, e.g. ``"fp32"``); arguments in capitals or named ``stride*`` are ``i32``, the rest pointers. Each
+    result is the job plus ``registers``, ``spill_stores``, ``spill_loads`` (bytes) and the ``ptxas`` text.
+    """
+    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DUMP_PTXAS_LOG="1", TRITON_ALWAYS_COMPILE="1")
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    proc = subprocess.run([sys.executable, "-c", _USAGE_SCRIPT], input=json.dumps(jobs), capture_output=True,
+                          text=True, env=env, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"compiling for ptxas -v failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

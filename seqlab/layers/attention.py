@@ -30,7 +30,7 @@ from seqlab.ops._checks import check_mode, check_tensor
 
 __all__ = ["elu_feature_map", "linear_attention", "MLP", "TransformerBlock", "LinearTransformerBlock"]
 
-LINEAR_ATTENTION_MODES = ("auto", "quadratic", "cumsum", "chunked", "numba")
+LINEAR_ATTENTION_MODES = ("auto", "quadratic", "cumsum", "chunked", "numba", "triton")
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -103,7 +103,8 @@ def _linear_attention_gateloop(fq, fk, v, eps: float, mode: str) -> torch.Tensor
 def _auto_mode(causal: bool, device: torch.device) -> str:
     from seqlab.kernels import fast_backend
 
-    return "numba" if causal and fast_backend(device) == "numba" else "chunked"
+    backend = fast_backend(device)
+    return backend if causal and backend is not None else "chunked"
 
 
 def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True,
@@ -112,8 +113,9 @@ def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     """Linear attention of Katharopoulos et al. 2020: ``q, k: (..., L, d)``, ``v: (..., L, e)`` -> ``(..., L, e)``.
 
     ``mode``: ``"quadratic"`` (masked ``L x L`` matrix), ``"cumsum"`` (the recurrence as cumulative
-    sums), ``"chunked"``, ``"numba"`` (causal only: GateLoop's compiled loop with ``a = 1``), ``"auto"``
-    (``numba`` for causal attention on a CPU, else ``chunked``). All compute the same function.
+    sums), ``"chunked"``, ``"numba"`` and ``"triton"`` (causal only: GateLoop's compiled loop and its Triton
+    kernels with ``a = 1``), ``"auto"`` (causal attention: ``numba`` on a CPU, ``triton`` on CUDA; else
+    ``chunked``). All compute the same function.
     """
     mode = check_mode("linear_attention", mode, LINEAR_ATTENTION_MODES)
     check_tensor("q", q, min_ndim=2)
@@ -126,11 +128,11 @@ def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     fq, fk = feature_map(q), feature_map(k)
     if mode == "auto":
         mode = _auto_mode(causal, q.device)
-    if mode == "numba":
+    if mode in ("numba", "triton"):
         if not causal:
-            raise NotImplementedError("linear_attention(mode='numba') runs the causal recurrence; the non-causal "
+            raise NotImplementedError(f"linear_attention(mode={mode!r}) runs the causal recurrence; the non-causal "
                                       "form is two matrix products: use mode='chunked' or 'cumsum'")
-        return _linear_attention_gateloop(fq, fk, v, eps, "numba")
+        return _linear_attention_gateloop(fq, fk, v, eps, mode)
     if mode == "quadratic":
         return _linear_attention_quadratic(fq, fk, v, causal, eps)
     if mode == "cumsum":

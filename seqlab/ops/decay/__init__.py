@@ -27,7 +27,7 @@ Functions:
 
 - :func:`decay_attention` - the op, in modes ``recurrent`` (the eq. 7 / eq. 2 loop, log-domain),
   ``parallel`` (cumulative log-domain form / scan), ``chunked`` (intra-chunk matrices + inter-chunk
-  state), ``triton`` (additive causal, ``triton.py``).
+  state), ``numba`` and ``triton`` (causal: GateLoop's compiled loop and Triton kernels).
 - :func:`decay_attention_reference` - float64 loops written exactly as the paper writes them.
 - :func:`decay_coefficients` - the ``c_ts`` matrix of Theorem 3.1 for either kind of Prop. 3.2.
 
@@ -39,7 +39,7 @@ With ``log_decay=None`` the decay is shared with the key (eq. 7): ``log_decay = 
 Files: ``reference.py`` (eq. 2, 7, 8 as float64 loops), ``coefficients.py`` (Theorem 3.1, Prop. 3.2),
 ``additive.py`` and ``multiplicative.py`` (the torch forms), ``on_gateloop.py`` (the causal decays as
 GateLoop's recurrence, run by its Numba loop), ``numba.py`` (additive decay's transitions, compiled),
-``triton.py`` (additive causal decay as a Triton kernel), ``_common.py`` (checks and chunk helpers).
+``triton.py`` (the causal decays' ``log a`` for GateLoop's Triton kernels), ``_common.py`` (checks and chunk helpers).
 """
 from __future__ import annotations
 
@@ -77,16 +77,17 @@ DECAY_MODES = ("auto", "recurrent", "parallel", "chunked", "numba", "triton")
 
 def _pick_mode(mode, decay, causal, q, v):
     """``auto``: non-causal additive / none are matrix products (``parallel``); multiplicative is chunked;
-    causal decays on a CPU run on GateLoop's Numba loop (without Numba: the plain loop up to ~100 tokens,
-    measured, longer ones chunked); on CUDA chunked."""
+    causal decays run on GateLoop's Numba loop on a CPU and on its Triton kernels on CUDA (without either: the
+    plain loop up to ~100 tokens on a CPU, measured, longer ones chunked)."""
     if mode != "auto":
         return mode
     if not causal:
         return "chunked" if decay == "multiplicative" else "parallel"
     from seqlab.kernels import fast_backend
 
-    if fast_backend(q.device) == "numba":
-        return "numba"
+    backend = fast_backend(q.device)
+    if backend is not None:
+        return backend
     return "recurrent" if q.shape[-2] <= 96 and q.device.type == "cpu" else "chunked"
 
 
@@ -110,9 +111,9 @@ def decay_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, decay:
     ``mode``: ``"recurrent"`` (the loops, log-domain), ``"parallel"`` (additive: cumulative log-domain
     form; multiplicative: one ``linear_scan`` over the states; non-causal additive/none: matrix products),
     ``"chunked"`` (intra-chunk matrices, inter-chunk states), ``"numba"`` (causal: GateLoop's compiled loop
-    on the recurrence of :func:`gateloop_form`), ``"triton"`` (additive, causal, real inputs),
-    ``"auto"`` (causal: ``numba`` on a CPU, ``chunked`` on CUDA; non-causal: ``parallel``, ``chunked`` for
-    multiplicative). ``q`` and ``v`` may be complex (not in Triton);
+    on the recurrence of :func:`gateloop_form`), ``"triton"`` (causal: GateLoop's chunked Triton kernels, fed
+    ``log a``), ``"auto"`` (causal: ``numba`` on a CPU, ``triton`` on CUDA; non-causal: ``parallel``,
+    ``chunked`` for multiplicative). ``q`` and ``v`` may be complex;
     ``k`` and ``log_decay`` are real. All modes are stable for keys of +-50 (exponents are differences
     of log-sums, never a raw ``exp(k)``).
     """
@@ -133,12 +134,12 @@ def decay_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, decay:
                                       "got causal=False. Use mode='parallel' or 'chunked' (one or two scans)")
         out = _causal_on_gateloop(q, k, v, decay, log_decay, "numba")
     elif mode == "triton":
-        if decay != "additive" or not causal:
-            raise NotImplementedError(f"decay_attention(mode='triton') implements additive causal decay (eq. 7); "
-                                      f"got decay={decay!r}, causal={causal}. Use mode='chunked' or 'parallel'.")
-        from seqlab.ops.decay.triton import additive_decay_triton
+        if not causal:
+            raise NotImplementedError("decay_attention(mode='triton') runs the causal decays on GateLoop's Triton "
+                                      "kernels; got causal=False. Use mode='parallel' or 'chunked' (one or two scans)")
+        from seqlab.ops.decay.triton import decay_triton
 
-        out = additive_decay_triton(q, k, v, log_decay)
+        out, _ = decay_triton(q, k, v, decay, log_decay)
     elif decay == "additive":
         if causal:
             fn = {"recurrent": _additive_recurrent, "parallel": _additive_parallel, "chunked": _additive_chunked}[mode]

@@ -1,35 +1,58 @@
-"""GateLoop's chunked algorithm as Triton kernels, forward and backward (``gateloop(..., mode="triton")``).
+"""GateLoop's chunked algorithm as Triton kernels, tiled over the key and value dimensions
+(``gateloop(..., mode="triton")``, and the causal decays and linear attention on CUDA).
 
 Triton has no complex dtype: every complex tensor travels as a real and an imaginary plane, and
-the transitions as ``log|a|`` and ``arg a`` planes. One program handles one (batch, head) pair and
-walks its sequence chunk by chunk (``C`` steps), holding the state ``S`` (``dk x dv``, complex) in
-registers. Inside a chunk (the ``"chunked"`` mode of ``seqlab.ops.gateloop``):
+the transitions as a ``log|a|`` plane and (only when some ``a`` is not real and positive) the planes of
+their phasors' products from each chunk's start, ``P_n = prod_{j<=n} a_j / |a_j|``, taken in torch: a
+phase between steps ``m`` and ``n`` is ``P_n conj(P_m)``, so no sine or cosine runs in a kernel. The sequence is cut into chunks of ``C = 16``
+steps; ``n, m, j`` index steps inside a chunk. Per chunk (the ``"chunked"`` mode of
+``seqlab.ops.gateloop``, eq. 7-9 restarted at the chunk):
 
-    D[n, m, d] = sum_{m < j <= n} log a_{j,d}          segment sums, exact to rounding (no differences
-                                                       of large cumulative sums), masked n < m -> 0 weight
-    A[n, m]    = sum_d q_{n,d} k_{m,d} exp(D[n, m, d])  intra-chunk surrogate attention (eq. 21)
-    y_n        = sum_m A[n, m] v_m + (q_n . exp(g_n)) S_in          g_n = sum_{j <= n in chunk} log a_j
-    S_out      = diag(exp(g_last)) S_in + sum_m (k_m . exp(D[last, m]))^T v_m
+    D[n, m] = sum_{m < j <= n} log a_j        segment sums, summed afresh for every m: exact to rounding
+                                              (never a difference of two large cumulative sums)
+    g_n     = sum_{j <= n} log a_j            decay from the chunk's start,   E_m = sum_{j > m} log a_j  to its end
+    A[n, m] = sum_d q_nd k_md exp(D[n, m, d])     n >= m, the intra-chunk surrogate attention (eq. 21)
+    y_n     = sum_m A[n, m] v_m + (q_n . exp(g_n)) S_in
+    S_out   = diag(exp(g_last)) S_in + sum_m (k_m . exp(E_m))^T v_m
 
-Backward (PyTorch's conjugate convention, ``G_n = dL/dy_n``): with ``P = G v^H`` (``C x C``)
+The work is split as flash-linear-attention splits its chunked kernels, so that no program holds more
+than one ``(BK, BV)`` tile of a state and one ``(C, BK)`` / ``(C, BV)`` tile of each input:
+
+- :func:`chunk_states_kernel` - one program per (batch*head, key tile, value tile) walks the chunks and
+  writes the state entering each chunk (``S_in``), then ``S_L``;
+- :func:`chunk_attention_kernel` - one program per (batch*head, chunk): ``A`` of the chunk, summed over
+  the key tiles, built a column ``m`` at a time from the segment sums ``D[:, m]``;
+- :func:`chunk_output_kernel` - one program per (batch*head, chunk, value tile): ``y = A v + (q . exp(g)) S_in``,
+  the second term summed over the key tiles;
+- backward (PyTorch's conjugate convention, ``G_n = dL/dy_n``, ``P = G v^H`` a ``C x C`` matrix):
+  :func:`chunk_adjoint_kernel` walks the chunks backwards from ``dL/dS_L`` and writes the adjoint state
+  leaving each chunk, ``dS_out``, then ``dL/dh0``; ``dS_in = (q . exp(g))^H G + diag(conj(exp(g_last))) dS_out``;
+- :func:`chunk_dqk_kernel` - per (batch*head, chunk, key tile)::
 
     dq_n = sum_{m<=n} conj(k_m . exp(D[n, m])) P[n, m] + conj(exp(g_n)) . (G_n S_in^H)
-    dk_m = sum_{n>=m} conj(q_n . exp(D[n, m])) P[n, m] + conj(exp(D[last, m])) . (dS_out v_m^H)
-    dv_m = sum_{n>=m} conj(A[n, m]) G_n + (k_m . exp(D[last, m]))^H dS_out
-    dS_in = (q . exp(g))^H G + diag(conj(exp(g_last))) dS_out            (the adjoint state, backwards)
+    dk_m = sum_{n>=m} conj(q_n . exp(D[n, m])) P[n, m] + conj(exp(E_m)) . (conj(v_m) dS_out^T)
 
-and the transitions' gradient ``dL/d log a_j`` sums every path through ``a_j`` directly: pairs
-``m < j <= n`` inside the chunk, from the state entering the chunk to ``n >= j``, from ``m < j`` to the
-state leaving it, and through the chunk from state to state (the telescoping identity
-``sum_{n>=j} conj(q_n) dq_n - conj(k_n) dk_n`` is exact too, but cancels catastrophically in float32
-for strong decays). The state starts from ``h0`` and ends in ``S_L``; the backward pass starts its
-adjoint state from ``dL/dS_L`` and returns ``dL/dh0``.
+  and the transitions' gradient ``dL/dlog a_j``, every path through ``a_j`` summed directly: (1) pairs
+  ``m < j <= n`` inside the chunk, (2) from the state entering the chunk to ``n >= j``, (3) from ``m < j``
+  to the state leaving it, (4) from state to state (the telescoping identity
+  ``sum_{n>=j} conj(q_n) dq_n - conj(k_n) dk_n`` is exact too, but cancels catastrophically in float32
+  for strong decays);
+- :func:`chunk_dv_kernel` - per (batch*head, chunk, value tile), from the stored ``A``:
+  ``dv_m = sum_{n>=m} conj(A[n, m]) G_n + conj(k_m . exp(E_m)) dS_out``.
+
+Blocks (:func:`gateloop_blocks`): heads of 16 and more use tiles of 16 and ``tl.dot`` (float32 with
+``input_precision="ieee"``: TF32 would break the float tolerances, and the interpreter would not show it;
+float64 stays float64); smaller heads (the paper's ``dk = dv = 1``) take an elementwise path with tiles of
+their own size, not padded to 16. ``ptxas -v`` reports no spills at these blocks for sm_80 and sm_90
+(``tests/test_triton_spills.py``); at tiles of 32 the backward's ``dq/dk`` kernel spills 6 KB, at 64 all but the
+attention kernel do: a full-precision ``tl.dot`` is a loop of FMAs whose operands each thread holds in registers.
 """
 from __future__ import annotations
 
 import torch
 
 from seqlab.kernels import require_triton
+from seqlab.ops._checks import has_values
 
 try:
     import triton
@@ -37,239 +60,390 @@ try:
 except ImportError:  # pragma: no cover - Triton ships for Linux only
     triton = None
 
-__all__ = ["gateloop_triton", "gateloop_fwd_kernel", "gateloop_bwd_kernel"]
+__all__ = ["gateloop_triton", "gateloop_triton_log", "gateloop_blocks", "CHUNK", "KERNELS"]
+
+CHUNK = 16          # steps a chunk; also tl.dot's smallest side
+KERNELS = ("chunk_states_kernel", "chunk_attention_kernel", "chunk_output_kernel", "chunk_adjoint_kernel",
+           "chunk_dqk_kernel",
+           "chunk_dv_kernel")
 
 
 if triton is not None:
 
     @triton.jit
-    def _segment_sums(x, C: tl.constexpr):
-        """``D[n, m, :] = sum_{m < j <= n} x[j, :]`` for a ``(C, K)`` block: a cumsum over j of the masked terms."""
-        j = tl.arange(0, C)
-        terms = tl.where(j[:, None, None] > j[None, :, None], x[:, None, :], 0.0)   # (C_j, C_m, K)
-        return tl.cumsum(terms, axis=0)                                               # (C_n, C_m, K)
+    def _mm(a, b, DOT: tl.constexpr):
+        """``a @ b`` for (M, K) and (K, N) tiles: ``tl.dot`` in full precision, or elementwise for small tiles."""
+        if DOT:
+            return tl.dot(a, b, input_precision="ieee")
+        else:
+            return tl.sum(a[:, :, None] * b[None, :, :], axis=1)
 
     @triton.jit
-    def _row(x3, r, C: tl.constexpr):
-        """Row ``r`` of a ``(C, C, K)`` block as ``(C, K)``."""
-        n = tl.arange(0, C)
-        return tl.sum(tl.where(n[:, None, None] == r, x3, 0.0), axis=0)
-
-    @triton.jit
-    def _chunk_decays(lam, phs, C: tl.constexpr):
-        """Intra-chunk decays ``exp(D)`` (masked, re/im) ``(C, C, K)``, to-end decays ``exp(D[last])``
-        ``(C, K)``, from-start decays ``exp(g)`` ``(C, K)`` and the through-chunk decay ``(K,)``."""
-        n = tl.arange(0, C)
-        d_mag = _segment_sums(lam, C)                                   # (C, C, K)
-        d_ph = _segment_sums(phs, C)
-        causal = n[:, None, None] >= n[None, :, None]                   # (C, C, 1)
-        mag = tl.where(causal, tl.exp(tl.where(causal, d_mag, 0.0)), 0.0)
-        dec_re = mag * tl.cos(d_ph)
-        dec_im = mag * tl.sin(d_ph)
-        end_mag = tl.exp(_row(d_mag, C - 1, C))                         # (C, K) prod_{j>m} a_j
-        end_ph = _row(d_ph, C - 1, C)
-        g = tl.cumsum(lam, axis=0)                                      # (C, K) from the chunk start
-        gp = tl.cumsum(phs, axis=0)
-        e_re = tl.exp(g) * tl.cos(gp)
-        e_im = tl.exp(g) * tl.sin(gp)
-        t_re = tl.sum(tl.where(n[:, None] == C - 1, e_re, 0.0), axis=0)   # (K,) prod over the chunk
-        t_im = tl.sum(tl.where(n[:, None] == C - 1, e_im, 0.0), axis=0)
-        return dec_re, dec_im, end_mag * tl.cos(end_ph), end_mag * tl.sin(end_ph), e_re, e_im, t_re, t_im
-
-    @triton.jit
-    def _load_chunk(q_re, q_im, k_re, k_im, v_re, v_im, la, ph, start, L, DK, DV, base_k, base_v,
-                    offs_c, offs_k, offs_v):
-        """One chunk's tiles from ``start``: masks, offsets, q, k (C, BK), v (C, BV), log|a| and arg a (C, BK).
-
-        Rows past ``L`` read as q = k = v = 0 and log|a| = arg a = 0 (a = 1): they leave every state unchanged.
-        """
-        rows = start + offs_c                                           # (C,)
-        mk = (rows[:, None] < L) & (offs_k[None, :] < DK)               # (C, BK)
-        mv = (rows[:, None] < L) & (offs_v[None, :] < DV)               # (C, BV)
-        pk = base_k + rows[:, None] * DK + offs_k[None, :]
-        pv = base_v + rows[:, None] * DV + offs_v[None, :]
-        qr = tl.load(q_re + pk, mask=mk, other=0.0)
-        qi = tl.load(q_im + pk, mask=mk, other=0.0)
-        kr = tl.load(k_re + pk, mask=mk, other=0.0)
-        ki = tl.load(k_im + pk, mask=mk, other=0.0)
-        vr = tl.load(v_re + pv, mask=mv, other=0.0)
-        vi = tl.load(v_im + pv, mask=mv, other=0.0)
-        lam = tl.load(la + pk, mask=mk, other=0.0)                      # log|a|
-        phs = tl.load(ph + pk, mask=mk, other=0.0)                      # arg a
-        return mk, mv, pk, pv, qr, qi, kr, ki, vr, vi, lam, phs
-
-    @triton.jit
-    def _mm(a_re, a_im, b_re, b_im):
-        """Complex matrix product of (M, K) and (K, N) blocks, full fp32 precision (no TF32)."""
-        re = tl.dot(a_re, b_re, input_precision="ieee") - tl.dot(a_im, b_im, input_precision="ieee")
-        im = tl.dot(a_re, b_im, input_precision="ieee") + tl.dot(a_im, b_re, input_precision="ieee")
+    def _cmm(a_re, a_im, b_re, b_im, DOT: tl.constexpr):
+        """Complex ``a @ b`` on real and imaginary planes."""
+        re = _mm(a_re, b_re, DOT) - _mm(a_im, b_im, DOT)
+        im = _mm(a_re, b_im, DOT) + _mm(a_im, b_re, DOT)
         return re, im
 
     @triton.jit
-    def _sum_before(T, before, C: tl.constexpr, K: tl.constexpr):
-        """``X[n, j, :] = sum_{m < j} T[n, m, :]`` for a ``(C, C, K)`` block, by one matrix product."""
-        flat = tl.reshape(tl.permute(T, (0, 2, 1)), (C * K, C))         # (n*k, m)
-        X = tl.dot(flat, tl.trans(before), input_precision="ieee")      # (n*k, j)
-        return tl.permute(tl.reshape(X, (C, K, C)), (0, 2, 1))         # (n, j, k)
+    def _decay(log_mag, p_re, p_im, PHASE: tl.constexpr):
+        """``exp(log_mag) * p`` as (re, im): a decay from its summed ``log|a|`` and its product of phasors
+        ``p = prod a / |a|`` (``PHASE=False``: every ``a`` real and positive, ``p = 1``)."""
+        r = tl.exp(log_mag)
+        if PHASE:
+            return r * p_re, r * p_im
+        else:
+            return r, tl.zeros_like(r)
 
     @triton.jit
-    def gateloop_fwd_kernel(q_re, q_im, k_re, k_im, v_re, v_im, la, ph, h0_re, h0_im, y_re, y_im, sL_re, sL_im,
-                            L, DK, DV, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
-        pid = tl.program_id(0)                                          # one (batch, head) pair
-        offs_c = tl.arange(0, C)
-        offs_k = tl.arange(0, BK)
-        offs_v = tl.arange(0, BV)
-        base_k = pid * L * DK
-        base_v = pid * L * DV
-        p_s = pid * DK * DV + offs_k[:, None] * DV + offs_v[None, :]    # (BK, BV) a state in memory
-        m_s = (offs_k[:, None] < DK) & (offs_v[None, :] < DV)
-        S_re = tl.load(h0_re + p_s, mask=m_s, other=0.0)                # state S (dk, dv), complex: S_0
-        S_im = tl.load(h0_im + p_s, mask=m_s, other=0.0)
-        for start in range(0, L, C):
-            mk, mv, pk, pv, qr, qi, kr, ki, vr, vi, lam, phs = _load_chunk(
-                q_re, q_im, k_re, k_im, v_re, v_im, la, ph, start, L, DK, DV, base_k, base_v, offs_c, offs_k, offs_v)
-            dec_re, dec_im, end_re, end_im, e_re, e_im, t_re, t_im = _chunk_decays(lam, phs, C)
-            # A[n, m] = sum_d q_nd k_md D_nmd                            (C, C) complex
-            qk_re = qr[:, None, :] * kr[None, :, :] - qi[:, None, :] * ki[None, :, :]
-            qk_im = qr[:, None, :] * ki[None, :, :] + qi[:, None, :] * kr[None, :, :]
-            A_re = tl.sum(qk_re * dec_re - qk_im * dec_im, axis=2)
-            A_im = tl.sum(qk_re * dec_im + qk_im * dec_re, axis=2)
-            yr, yi = _mm(A_re, A_im, vr, vi)                            # intra-chunk  (C, BV)
-            qe_re = qr * e_re - qi * e_im                               # q . exp(g)   (C, BK)
-            qe_im = qr * e_im + qi * e_re
-            ur, ui = _mm(qe_re, qe_im, S_re, S_im)                      # inter-chunk  (C, BV)
-            tl.store(y_re + pv, yr + ur, mask=mv)
-            tl.store(y_im + pv, yi + ui, mask=mv)
-            # S_out = diag(prod a) S_in + (k . exp(D[last]))^T v
-            ke_re = kr * end_re - ki * end_im                           # (C, BK)
-            ke_im = kr * end_im + ki * end_re
-            nr, ni = _mm(tl.trans(ke_re), tl.trans(ke_im), vr, vi)      # (BK, BV)
-            S_re, S_im = t_re[:, None] * S_re - t_im[:, None] * S_im + nr, t_re[:, None] * S_im + t_im[:, None] * S_re + ni
-        tl.store(sL_re + p_s, S_re, mask=m_s)                           # S_L
-        tl.store(sL_im + p_s, S_im, mask=m_s)
+    def _transitions(la, ph_re, ph_im, base, rows, L, NT, offs_k, DK, C: tl.constexpr, PHASE: tl.constexpr):
+        """One tile's ``log|a|`` (C, BK), 0 past L (``a = 1``), and its phasors' products from the chunk's start
+        ``P_n = prod_{j<=n} a_j / |a_j|`` (C, BK; laid out over the ``NT * C`` padded rows)."""
+        mask = (rows[:, None] < L) & (offs_k[None, :] < DK)
+        p = base * L + rows[:, None] * DK + offs_k[None, :]
+        lam = tl.load(la + p, mask=mask, other=0.0)
+        if PHASE:
+            mask_p = (rows[:, None] < NT * C) & (offs_k[None, :] < DK)
+            p = base * NT * C + rows[:, None] * DK + offs_k[None, :]
+            return lam, tl.load(ph_re + p, mask=mask_p, other=1.0), tl.load(ph_im + p, mask=mask_p, other=0.0)
+        else:
+            return lam, lam, lam          # phasors unused
 
     @triton.jit
-    def gateloop_bwd_kernel(q_re, q_im, k_re, k_im, v_re, v_im, la, ph, h0_re, h0_im, g_re, g_im, gS_re, gS_im,
-                            dq_re, dq_im, dk_re, dk_im, dv_re, dv_im, dl_re, dl_im, dh0_re, dh0_im, st_re, st_im,
-                            L, DK, DV, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
-        pid = tl.program_id(0)
+    def _row(x, m, offs_c):
+        """Row ``m`` of a (C, N) tile, as (N,)."""
+        return tl.sum(tl.where(offs_c[:, None] == m, x, 0.0), axis=0)
+
+    @triton.jit
+    def _tile(re_ptr, im_ptr, base, rows, L, offs, D):
+        """A (C, B) tile of a (L, D) plane pair from row ``rows[0]``: rows past L and columns past D read 0."""
+        mask = (rows[:, None] < L) & (offs[None, :] < D)
+        p = base + rows[:, None] * D + offs[None, :]
+        return tl.load(re_ptr + p, mask=mask, other=0.0), tl.load(im_ptr + p, mask=mask, other=0.0)
+
+    @triton.jit
+    def _state_tile(re_ptr, im_ptr, base, offs_k, offs_v, DK, DV):
+        """A (BK, BV) tile of a (DK, DV) state at ``base``: its offsets within the state, mask and values."""
+        p = offs_k[:, None] * DV + offs_v[None, :]
+        mask = (offs_k[:, None] < DK) & (offs_v[None, :] < DV)
+        re = tl.load(re_ptr + base + p, mask=mask, other=0.0)
+        return p, mask, re, tl.load(im_ptr + base + p, mask=mask, other=0.0)
+
+    @triton.jit
+    def _from_start(la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C: tl.constexpr, PHASE: tl.constexpr):
+        """One tile's ``log|a|`` and phasor products ``P`` (C, BK), its decays from the chunk's start ``exp(g_n)``
+        (C, BK) and through the whole chunk ``exp(g_last)`` (BK,)."""
+        lam, p_re, p_im = _transitions(la, ph_re, ph_im, bh * DK, rows, L, NT, offs_k, DK, C, PHASE)
+        g = tl.cumsum(lam, axis=0)
+        e_re, e_im = _decay(g, p_re, p_im, PHASE)
+        t_re, t_im = _decay(tl.sum(lam, axis=0), _row(p_re, C - 1, offs_c), _row(p_im, C - 1, offs_c), PHASE)
+        return lam, p_re, p_im, e_re, e_im, t_re, t_im
+
+    @triton.jit
+    def _to_end(la, bh, rows, L, offs_c, offs_k, DK, p_re, p_im, C: tl.constexpr, PHASE: tl.constexpr):
+        """Decays to the chunk's end, ``exp(E_m) = prod_{m < j < C} a_j`` (C, BK): a reverse cumulative sum of the
+        next rows' ``log|a|`` (loaded shifted by one, so that nothing is subtracted), and ``P_last conj(P_m)``."""
+        nxt = tl.where(offs_c + 1 < C, rows + 1, L)         # the row after, or past the end (a = 1)
+        mask = (nxt[:, None] < L) & (offs_k[None, :] < DK)
+        E = tl.cumsum(tl.load(la + bh * L * DK + nxt[:, None] * DK + offs_k[None, :], mask=mask, other=0.0),
+                      axis=0, reverse=True)
+        if PHASE:
+            last_re = _row(p_re, C - 1, offs_c)[None, :]
+            last_im = _row(p_im, C - 1, offs_c)[None, :]
+            return _decay(E, last_re * p_re + last_im * p_im, last_im * p_re - last_re * p_im, PHASE)
+        else:
+            return _decay(E, E, E, PHASE)
+
+    @triton.jit
+    def _decay_from(lam, p_re, p_im, m, offs_c, PHASE: tl.constexpr):
+        """``exp(D[n, m])`` for every n (C, BK), zero for n < m. The magnitude from the segment sums
+        ``sum_{m<j<=n} log|a_j|``, summed afresh (a difference of cumulative sums would lose digits after a
+        near-reset); the phase as ``P_n conj(P_m)``, products of unit phasors, which lose none.
+        (Written without calls to other helpers: in the interpreter each call of a jitted function costs ~2 ms.)"""
+        D = tl.cumsum(tl.where(offs_c[:, None] > m, lam, 0.0), axis=0)
+        mag = tl.where(offs_c[:, None] >= m, tl.exp(D), 0.0)
+        if PHASE:
+            at_m = offs_c[:, None] == m
+            pm_re = tl.sum(tl.where(at_m, p_re, 0.0), axis=0)[None, :]
+            pm_im = tl.sum(tl.where(at_m, p_im, 0.0), axis=0)[None, :]
+            return mag * (p_re * pm_re + p_im * pm_im), mag * (p_im * pm_re - p_re * pm_im)
+        else:
+            return mag, tl.zeros_like(mag)
+
+    @triton.jit
+    def _chunk_matrix(re_ptr, im_ptr, chunk, offs_c, C: tl.constexpr):
+        """Chunk ``chunk``'s (C, C) matrix of a (BH * NT, C, C) plane pair."""
+        p = chunk * C * C + offs_c[:, None] * C + offs_c[None, :]
+        return tl.load(re_ptr + p), tl.load(im_ptr + p)
+
+    @triton.jit
+    def _intra_attention(q_re, q_im, k_re, k_im, lam, p_re, p_im, offs_c, C: tl.constexpr, PHASE: tl.constexpr):
+        """This key tile's share of ``A[n, m] = sum_d q_nd k_md exp(D[n, m, d])`` (C, C), built a column at a time."""
+        A_re = tl.zeros((C, C), dtype=q_re.dtype)
+        A_im = tl.zeros((C, C), dtype=q_re.dtype)
+        for m in range(C):
+            w_re, w_im = _decay_from(lam, p_re, p_im, m, offs_c, PHASE)                 # (C, BK)
+            at_m = offs_c[:, None] == m
+            km_re = tl.sum(tl.where(at_m, k_re, 0.0), axis=0)[None, :]    # k_m  (1, BK)
+            km_im = tl.sum(tl.where(at_m, k_im, 0.0), axis=0)[None, :]
+            x_re = km_re * w_re - km_im * w_im                            # k_m . exp(D[:, m])
+            x_im = km_re * w_im + km_im * w_re
+            col_re = tl.sum(q_re * x_re - q_im * x_im, axis=1)            # (C,)
+            col_im = tl.sum(q_re * x_im + q_im * x_re, axis=1)
+            here = offs_c[None, :] == m
+            A_re += tl.where(here, col_re[:, None], 0.0)
+            A_im += tl.where(here, col_im[:, None], 0.0)
+        return A_re, A_im
+
+    @triton.jit
+    def chunk_states_kernel(k_re, k_im, v_re, v_im, la, ph_re, ph_im, h0_re, h0_im, hs_re, hs_im, sL_re, sL_im,
+                            L, DK, DV, NT,
+                            C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
+                            PHASE: tl.constexpr):
+        """``S_in`` of every chunk into ``hs`` (BH, NT, DK, DV) and ``S_L`` into ``sL``;
+        grid (BH, key tiles, value tiles)."""
+        bh = tl.program_id(0)
         offs_c = tl.arange(0, C)
-        offs_k = tl.arange(0, BK)
-        offs_v = tl.arange(0, BV)
-        base_k = pid * L * DK
-        base_v = pid * L * DV
-        n_chunks = tl.cdiv(L, C)
-        p_state = offs_k[:, None] * BV + offs_v[None, :]                 # (BK, BV) offsets in a state
-        p_s = pid * DK * DV + offs_k[:, None] * DV + offs_v[None, :]
-        m_s = (offs_k[:, None] < DK) & (offs_v[None, :] < DV)
-        # pass 1, forwards: states S_in again (kept in st_*), dq = intra + conj(exp(g)) . (G S_in^H)
-        S_re = tl.load(h0_re + p_s, mask=m_s, other=0.0)
-        S_im = tl.load(h0_im + p_s, mask=m_s, other=0.0)
-        for start in range(0, L, C):
-            mk, mv, pk, pv, qr, qi, kr, ki, vr, vi, lam, phs = _load_chunk(
-                q_re, q_im, k_re, k_im, v_re, v_im, la, ph, start, L, DK, DV, base_k, base_v, offs_c, offs_k, offs_v)
-            gr = tl.load(g_re + pv, mask=mv, other=0.0)                 # G = dL/dy    (C, BV)
-            gi = tl.load(g_im + pv, mask=mv, other=0.0)
-            dec_re, dec_im, end_re, end_im, e_re, e_im, t_re, t_im = _chunk_decays(lam, phs, C)
-            # P = G v^H                                                  (C, C)
-            P_re, P_im = _mm(gr, gi, tl.trans(vr), -tl.trans(vi))
-            # conj(k_m D_nm) P_nm summed over m                          (C, BK)
-            kd_re = kr[None, :, :] * dec_re - ki[None, :, :] * dec_im  # (C, C, BK) k_m D_nm
-            kd_im = kr[None, :, :] * dec_im + ki[None, :, :] * dec_re
-            dqr = tl.sum(kd_re * P_re[:, :, None] + kd_im * P_im[:, :, None], axis=1)
-            dqi = tl.sum(kd_re * P_im[:, :, None] - kd_im * P_re[:, :, None], axis=1)
-            hr, hi = _mm(gr, gi, tl.trans(S_re), -tl.trans(S_im))       # G S_in^H     (C, BK)
-            dqr += e_re * hr + e_im * hi                                 # conj(exp(g)) . (G S^H)
-            dqi += e_re * hi - e_im * hr
-            tl.store(dq_re + pk, dqr, mask=mk)
-            tl.store(dq_im + pk, dqi, mask=mk)
-            p_st = (pid * n_chunks + start // C) * BK * BV + p_state
-            tl.store(st_re + p_st, S_re)
-            tl.store(st_im + p_st, S_im)
-            ke_re = kr * end_re - ki * end_im
-            ke_im = kr * end_im + ki * end_re
-            nr, ni = _mm(tl.trans(ke_re), tl.trans(ke_im), vr, vi)
-            S_re, S_im = t_re[:, None] * S_re - t_im[:, None] * S_im + nr, t_re[:, None] * S_im + t_im[:, None] * S_re + ni
-        # pass 2, backwards: adjoint state dS (from dL/dS_L), dk and dv
-        dS_re = tl.load(gS_re + p_s, mask=m_s, other=0.0)
-        dS_im = tl.load(gS_im + p_s, mask=m_s, other=0.0)
-        for idx in range(0, n_chunks):
-            start = (n_chunks - 1 - idx) * C
-            mk, mv, pk, pv, qr, qi, kr, ki, vr, vi, lam, phs = _load_chunk(
-                q_re, q_im, k_re, k_im, v_re, v_im, la, ph, start, L, DK, DV, base_k, base_v, offs_c, offs_k, offs_v)
-            gr = tl.load(g_re + pv, mask=mv, other=0.0)
-            gi = tl.load(g_im + pv, mask=mv, other=0.0)
-            dec_re, dec_im, end_re, end_im, e_re, e_im, t_re, t_im = _chunk_decays(lam, phs, C)
-            P_re, P_im = _mm(gr, gi, tl.trans(vr), -tl.trans(vi))       # (C, C)
-            # dk_m = sum_n conj(q_n D_nm) P_nm + conj(exp(D[last, m])) . (dS v_m^H)
-            qd_re = qr[:, None, :] * dec_re - qi[:, None, :] * dec_im  # (C, C, BK) q_n D_nm
-            qd_im = qr[:, None, :] * dec_im + qi[:, None, :] * dec_re
-            dkr = tl.sum(qd_re * P_re[:, :, None] + qd_im * P_im[:, :, None], axis=0)
-            dki = tl.sum(qd_re * P_im[:, :, None] - qd_im * P_re[:, :, None], axis=0)
-            wr, wi = _mm(vr, -vi, tl.trans(dS_re), tl.trans(dS_im))     # conj(v) dS^T = (dS v^H)^T  (C, BK)
-            dkr += end_re * wr + end_im * wi
-            dki += end_re * wi - end_im * wr
-            tl.store(dk_re + pk, dkr, mask=mk)
-            tl.store(dk_im + pk, dki, mask=mk)
-            # dv_m = sum_n conj(A_nm) G_n + (k_m . exp(D[last, m]))^H dS
-            qk_re = qr[:, None, :] * kr[None, :, :] - qi[:, None, :] * ki[None, :, :]
-            qk_im = qr[:, None, :] * ki[None, :, :] + qi[:, None, :] * kr[None, :, :]
-            A_re = tl.sum(qk_re * dec_re - qk_im * dec_im, axis=2)    # (C, C)
-            A_im = tl.sum(qk_re * dec_im + qk_im * dec_re, axis=2)
-            dvr, dvi = _mm(tl.trans(A_re), -tl.trans(A_im), gr, gi)    # A^H G        (C, BV)
-            ke_re = kr * end_re - ki * end_im
-            ke_im = kr * end_im + ki * end_re
-            xr, xi = _mm(ke_re, -ke_im, dS_re, dS_im)                   # conj(k . end) dS   (C, BV)
-            tl.store(dv_re + pv, dvr + xr, mask=mv)
-            tl.store(dv_im + pv, dvi + xi, mask=mv)
-            # dL/dlog a_j: every path through a_j, summed directly (no telescoping differences)
-            p_st = (pid * n_chunks + start // C) * BK * BV + p_state
-            Si_re = tl.load(st_re + p_st)                               # S_in of this chunk  (BK, BV)
-            Si_im = tl.load(st_im + p_st)
-            n3 = offs_c[:, None, None]
-            j3 = offs_c[None, :, None]
-            # (1) pairs m < j <= n inside the chunk: conj(q_n k_m D_nm) P_nm
-            qkd_re = qd_re * kr[None, :, :] - qd_im * ki[None, :, :]  # (C, C, BK)
-            qkd_im = qd_re * ki[None, :, :] + qd_im * kr[None, :, :]
-            T_re = qkd_re * P_re[:, :, None] + qkd_im * P_im[:, :, None]
-            T_im = qkd_re * P_im[:, :, None] - qkd_im * P_re[:, :, None]
-            # sum_{m < j} as a product with the strictly lower-triangular 0/1 matrix (an exclusive cumsum
-            # by subtraction would cancel: the m >= j terms are O(1), the m < j ones carry a_j)
-            before = (offs_c[None, :] < offs_c[:, None]).to(T_re.dtype)  # (C_j, C_m): m < j
-            Tx_re = _sum_before(T_re, before, C, BK)                    # (C_n, C_j, BK)
-            Tx_im = _sum_before(T_im, before, C, BK)
-            gl_re = tl.sum(tl.where(n3 >= j3, Tx_re, 0.0), axis=0)     # sum_{n >= j} (C_j, BK)
-            gl_im = tl.sum(tl.where(n3 >= j3, Tx_im, 0.0), axis=0)
-            # (2) m before the chunk, n >= j inside it: conj(q_n exp(g_n)) . (G_n S_in^H)
-            qe_re = qr * e_re - qi * e_im                               # q . exp(g)  (C, BK)
+        offs_k = tl.program_id(1) * BK + tl.arange(0, BK)
+        offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
+        p_s, m_s, S_re, S_im = _state_tile(h0_re, h0_im, bh * DK * DV, offs_k, offs_v, DK, DV)   # S_0 (BK, BV)
+        for c in range(NT):
+            tl.store(hs_re + (bh * NT + c) * DK * DV + p_s, S_re, mask=m_s)
+            tl.store(hs_im + (bh * NT + c) * DK * DV + p_s, S_im, mask=m_s)
+            rows = c * C + offs_c
+            kr, ki = _tile(k_re, k_im, bh * L * DK, rows, L, offs_k, DK)             # (C, BK)
+            vr, vi = _tile(v_re, v_im, bh * L * DV, rows, L, offs_v, DV)             # (C, BV)
+            lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
+                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE)
+            E_re, E_im = _to_end(la, bh, rows, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE)
+            ke_re = kr * E_re - ki * E_im                                             # k_m . exp(E_m)
+            ke_im = kr * E_im + ki * E_re
+            nr, ni = _cmm(tl.trans(ke_re), tl.trans(ke_im), vr, vi, DOT)              # (BK, BV)
+            S_re, S_im = (t_re[:, None] * S_re - t_im[:, None] * S_im + nr,
+                          t_re[:, None] * S_im + t_im[:, None] * S_re + ni)
+        tl.store(sL_re + bh * DK * DV + p_s, S_re, mask=m_s)
+        tl.store(sL_im + bh * DK * DV + p_s, S_im, mask=m_s)
+
+    @triton.jit
+    def chunk_attention_kernel(q_re, q_im, k_re, k_im, la, ph_re, ph_im, A_re, A_im,
+                               L, DK, NT, C: tl.constexpr, BK: tl.constexpr, PHASE: tl.constexpr):
+        """The intra-chunk attention ``A`` (C, C) of one chunk, summed over the key tiles, into ``A`` (BH, NT, C, C);
+        grid (BH, NT)."""
+        bh, c = tl.program_id(0), tl.program_id(1)
+        offs_c = tl.arange(0, C)
+        rows = c * C + offs_c
+        acc_re = tl.zeros((C, C), dtype=q_re.dtype.element_ty)
+        acc_im = tl.zeros((C, C), dtype=q_re.dtype.element_ty)
+        for kt in range(tl.cdiv(DK, BK)):
+            offs_k = kt * BK + tl.arange(0, BK)
+            qr, qi = _tile(q_re, q_im, bh * L * DK, rows, L, offs_k, DK)
+            kr, ki = _tile(k_re, k_im, bh * L * DK, rows, L, offs_k, DK)
+            lam, p_re, p_im, _, _, _, _ = _from_start(
+                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE)
+            a_re, a_im = _intra_attention(qr, qi, kr, ki, lam, p_re, p_im, offs_c, C, PHASE)
+            acc_re += a_re
+            acc_im += a_im
+        p = (bh * NT + c) * C * C + offs_c[:, None] * C + offs_c[None, :]
+        tl.store(A_re + p, acc_re)
+        tl.store(A_im + p, acc_im)
+
+    @triton.jit
+    def chunk_output_kernel(q_re, q_im, v_re, v_im, la, ph_re, ph_im, hs_re, hs_im, A_re, A_im, y_re, y_im,
+                            L, DK, DV, NT,
+                            C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
+                            PHASE: tl.constexpr):
+        """``y`` of one chunk and value tile; grid (BH, NT, value tiles)."""
+        bh, c = tl.program_id(0), tl.program_id(1)
+        offs_c = tl.arange(0, C)
+        offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
+        rows = c * C + offs_c
+        vr, vi = _tile(v_re, v_im, bh * L * DV, rows, L, offs_v, DV)
+        a_re, a_im = _chunk_matrix(A_re, A_im, bh * NT + c, offs_c, C)
+        yr, yi = _cmm(a_re, a_im, vr, vi, DOT)                                            # A v  (C, BV)
+        for kt in range(tl.cdiv(DK, BK)):
+            offs_k = kt * BK + tl.arange(0, BK)
+            qr, qi = _tile(q_re, q_im, bh * L * DK, rows, L, offs_k, DK)
+            lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
+                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE)
+            _, _, S_re, S_im = _state_tile(hs_re, hs_im, (bh * NT + c) * DK * DV, offs_k, offs_v, DK, DV)
+            ur, ui = _cmm(qr * e_re - qi * e_im, qr * e_im + qi * e_re, S_re, S_im, DOT)   # (q . exp(g)) S_in
+            yr += ur
+            yi += ui
+        mask = (rows[:, None] < L) & (offs_v[None, :] < DV)
+        p = bh * L * DV + rows[:, None] * DV + offs_v[None, :]
+        tl.store(y_re + p, yr, mask=mask)
+        tl.store(y_im + p, yi, mask=mask)
+
+    @triton.jit
+    def chunk_adjoint_kernel(q_re, q_im, la, ph_re, ph_im, g_re, g_im, gS_re, gS_im, dhs_re, dhs_im, dh0_re, dh0_im,
+                             L, DK, DV, NT,
+                            C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
+                            PHASE: tl.constexpr):
+        """``dS_out`` of every chunk into ``dhs`` (from ``dL/dS_L``, backwards) and ``dL/dh0``;
+        grid (BH, key tiles, value tiles)."""
+        bh = tl.program_id(0)
+        offs_c = tl.arange(0, C)
+        offs_k = tl.program_id(1) * BK + tl.arange(0, BK)
+        offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
+        p_s, m_s, dS_re, dS_im = _state_tile(gS_re, gS_im, bh * DK * DV, offs_k, offs_v, DK, DV)
+        for i in range(NT):
+            c = NT - 1 - i
+            tl.store(dhs_re + (bh * NT + c) * DK * DV + p_s, dS_re, mask=m_s)
+            tl.store(dhs_im + (bh * NT + c) * DK * DV + p_s, dS_im, mask=m_s)
+            rows = c * C + offs_c
+            qr, qi = _tile(q_re, q_im, bh * L * DK, rows, L, offs_k, DK)
+            gr, gi = _tile(g_re, g_im, bh * L * DV, rows, L, offs_v, DV)             # G = dL/dy  (C, BV)
+            lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
+                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE)
+            qe_re = qr * e_re - qi * e_im
             qe_im = qr * e_im + qi * e_re
-            hr, hi = _mm(gr, gi, tl.trans(Si_re), -tl.trans(Si_im))    # (C, BK)
-            H_re = qe_re * hr + qe_im * hi
-            H_im = qe_re * hi - qe_im * hr
-            gl_re += tl.sum(tl.where(n3 >= j3, H_re[:, None, :], 0.0), axis=0)
-            gl_im += tl.sum(tl.where(n3 >= j3, H_im[:, None, :], 0.0), axis=0)
-            # (3) n after the chunk, m < j inside it: conj(k_m exp(D[last, m])) . (conj(v_m) dS_out^T)
-            V_re = ke_re * wr + ke_im * wi                              # (C, BK)
-            V_im = ke_re * wi - ke_im * wr
-            gl_re += tl.dot(before, V_re, input_precision="ieee")       # sum_{m < j}
-            gl_im += tl.dot(before, V_im, input_precision="ieee")
-            # (4) n after, m before the chunk: conj(prod a) . sum_e dS_out conj(S_in)
-            o_re = tl.sum(dS_re * Si_re + dS_im * Si_im, axis=1)        # (BK,)
-            o_im = tl.sum(dS_im * Si_re - dS_re * Si_im, axis=1)
-            gl_re += (t_re * o_re + t_im * o_im)[None, :]
-            gl_im += (t_re * o_im - t_im * o_re)[None, :]
-            tl.store(dl_re + pk, gl_re, mask=mk)
-            tl.store(dl_im + pk, gl_im, mask=mk)
-            # dS_in = (q . exp(g))^H G + diag(conj(prod a)) dS_out
-            ar, ai = _mm(tl.trans(qe_re), -tl.trans(qe_im), gr, gi)    # (BK, BV)
-            dS_re, dS_im = t_re[:, None] * dS_re + t_im[:, None] * dS_im + ar, t_re[:, None] * dS_im - t_im[:, None] * dS_re + ai
-        tl.store(dh0_re + p_s, dS_re, mask=m_s)                         # dL/dS_0
-        tl.store(dh0_im + p_s, dS_im, mask=m_s)
+            ar, ai = _cmm(tl.trans(qe_re), -tl.trans(qe_im), gr, gi, DOT)            # (q . exp(g))^H G
+            dS_re, dS_im = (t_re[:, None] * dS_re + t_im[:, None] * dS_im + ar,
+                            t_re[:, None] * dS_im - t_im[:, None] * dS_re + ai)
+        tl.store(dh0_re + bh * DK * DV + p_s, dS_re, mask=m_s)
+        tl.store(dh0_im + bh * DK * DV + p_s, dS_im, mask=m_s)
+
+    @triton.jit
+    def chunk_dqk_kernel(q_re, q_im, k_re, k_im, v_re, v_im, la, ph_re, ph_im, g_re, g_im, hs_re, hs_im, dhs_re, dhs_im,
+                         dq_re, dq_im, dk_re, dk_im, dl_re, dl_im,
+                         L, DK, DV, NT,
+                            C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
+                            PHASE: tl.constexpr):
+        """``dq``, ``dk`` and ``dL/dlog a`` of one chunk and key tile; grid (BH, NT, key tiles)."""
+        bh, c = tl.program_id(0), tl.program_id(1)
+        offs_c = tl.arange(0, C)
+        offs_k = tl.program_id(2) * BK + tl.arange(0, BK)
+        rows = c * C + offs_c
+        base_k = bh * L * DK
+        state = (bh * NT + c) * DK * DV
+        zero_ck = tl.zeros((C, BK), dtype=q_re.dtype.element_ty)
+        P_re = tl.zeros((C, C), dtype=q_re.dtype.element_ty)      # P = G v^H
+        P_im = tl.zeros((C, C), dtype=q_re.dtype.element_ty)
+        GS_re, GS_im = zero_ck, zero_ck                            # G S_in^H           (C, BK)
+        W_re, W_im = zero_ck, zero_ck                              # conj(v) dS_out^T   (C, BK)
+        o_re = tl.zeros((BK,), dtype=q_re.dtype.element_ty)        # sum_e dS_out conj(S_in)
+        o_im = tl.zeros((BK,), dtype=q_re.dtype.element_ty)
+        for vt in range(tl.cdiv(DV, BV)):
+            offs_v = vt * BV + tl.arange(0, BV)
+            vr, vi = _tile(v_re, v_im, bh * L * DV, rows, L, offs_v, DV)             # (C, BV)
+            gr, gi = _tile(g_re, g_im, bh * L * DV, rows, L, offs_v, DV)
+            _, _, S_re, S_im = _state_tile(hs_re, hs_im, state, offs_k, offs_v, DK, DV)       # (BK, BV)
+            _, _, dS_re, dS_im = _state_tile(dhs_re, dhs_im, state, offs_k, offs_v, DK, DV)
+            pr, pi = _cmm(gr, gi, tl.trans(vr), -tl.trans(vi), DOT)
+            P_re += pr
+            P_im += pi
+            hr, hi = _cmm(gr, gi, tl.trans(S_re), -tl.trans(S_im), DOT)
+            GS_re += hr
+            GS_im += hi
+            wr, wi = _cmm(vr, -vi, tl.trans(dS_re), tl.trans(dS_im), DOT)
+            W_re += wr
+            W_im += wi
+            o_re += tl.sum(dS_re * S_re + dS_im * S_im, axis=1)
+            o_im += tl.sum(dS_im * S_re - dS_re * S_im, axis=1)
+        qr, qi = _tile(q_re, q_im, base_k, rows, L, offs_k, DK)                       # (C, BK)
+        kr, ki = _tile(k_re, k_im, base_k, rows, L, offs_k, DK)
+        lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
+                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE)
+        E_re, E_im = _to_end(la, bh, rows, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE)
+        # the state parts: dq = conj(exp(g)) . (G S_in^H), dk = conj(exp(E)) . W
+        dqr = e_re * GS_re + e_im * GS_im
+        dqi = e_re * GS_im - e_im * GS_re
+        dkr = E_re * W_re + E_im * W_im
+        dki = E_re * W_im - E_im * W_re
+        # dlog a_j, path (2): sum_{n >= j} conj(q_n . exp(g_n)) . (G_n S_in^H)
+        qe_re = qr * e_re - qi * e_im
+        qe_im = qr * e_im + qi * e_re
+        dlr = tl.cumsum(qe_re * GS_re + qe_im * GS_im, axis=0, reverse=True)
+        dli = tl.cumsum(qe_re * GS_im - qe_im * GS_re, axis=0, reverse=True)
+        # path (4): conj(exp(g_last)) . sum_e dS_out conj(S_in), the same for every j
+        dlr += (t_re * o_re + t_im * o_im)[None, :]
+        dli += (t_re * o_im - t_im * o_re)[None, :]
+        # path (3) needs V_m = conj(k_m . exp(E_m)) . W_m, summed over m < j
+        ke_re = kr * E_re - ki * E_im
+        ke_im = kr * E_im + ki * E_re
+        V_re = ke_re * W_re + ke_im * W_im
+        V_im = ke_re * W_im - ke_im * W_re
+        for m in range(C):
+            w_re, w_im = _decay_from(lam, p_re, p_im, m, offs_c, PHASE)                # exp(D[:, m])  (C, BK)
+            col_m = offs_c[None, :] == m
+            pm_re = tl.sum(tl.where(col_m, P_re, 0.0), axis=1)[:, None]              # P[:, m]  (C, 1)
+            pm_im = tl.sum(tl.where(col_m, P_im, 0.0), axis=1)[:, None]
+            here = offs_c[:, None] == m
+            km_re = tl.sum(tl.where(here, kr, 0.0), axis=0)[None, :]                 # k_m  (1, BK)
+            km_im = tl.sum(tl.where(here, ki, 0.0), axis=0)[None, :]
+            # dq_n += conj(k_m . exp(D[n, m])) P[n, m]
+            x_re = km_re * w_re - km_im * w_im
+            x_im = km_re * w_im + km_im * w_re
+            dqr += x_re * pm_re + x_im * pm_im
+            dqi += x_re * pm_im - x_im * pm_re
+            # dk_m += sum_n conj(q_n . exp(D[n, m])) P[n, m]
+            y_re = qr * w_re - qi * w_im
+            y_im = qr * w_im + qi * w_re
+            dkr += tl.where(here, tl.sum(y_re * pm_re + y_im * pm_im, axis=0)[None, :], 0.0)
+            dki += tl.where(here, tl.sum(y_re * pm_im - y_im * pm_re, axis=0)[None, :], 0.0)
+            # path (1): T_n = conj(q_n k_m exp(D[n, m])) P[n, m]; dlog a_j += sum_{n >= j} T_n for j > m
+            z_re = y_re * km_re - y_im * km_im
+            z_im = y_re * km_im + y_im * km_re
+            after = offs_c[:, None] > m
+            dlr += tl.where(after, tl.cumsum(z_re * pm_re + z_im * pm_im, axis=0, reverse=True), 0.0)
+            dli += tl.where(after, tl.cumsum(z_re * pm_im - z_im * pm_re, axis=0, reverse=True), 0.0)
+            # path (3): dlog a_j += V_m for j > m
+            dlr += tl.where(after, tl.sum(tl.where(here, V_re, 0.0), axis=0)[None, :], 0.0)
+            dli += tl.where(after, tl.sum(tl.where(here, V_im, 0.0), axis=0)[None, :], 0.0)
+        mask = (rows[:, None] < L) & (offs_k[None, :] < DK)
+        p = base_k + rows[:, None] * DK + offs_k[None, :]
+        tl.store(dq_re + p, dqr, mask=mask)
+        tl.store(dq_im + p, dqi, mask=mask)
+        tl.store(dk_re + p, dkr, mask=mask)
+        tl.store(dk_im + p, dki, mask=mask)
+        tl.store(dl_re + p, dlr, mask=mask)
+        tl.store(dl_im + p, dli, mask=mask)
+
+    @triton.jit
+    def chunk_dv_kernel(k_re, k_im, la, ph_re, ph_im, g_re, g_im, dhs_re, dhs_im, A_re, A_im, dv_re, dv_im,
+                        L, DK, DV, NT,
+                            C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
+                            PHASE: tl.constexpr):
+        """``dv`` of one chunk and value tile; grid (BH, NT, value tiles)."""
+        bh, c = tl.program_id(0), tl.program_id(1)
+        offs_c = tl.arange(0, C)
+        offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
+        rows = c * C + offs_c
+        base_k = bh * L * DK
+        gr, gi = _tile(g_re, g_im, bh * L * DV, rows, L, offs_v, DV)
+        a_re, a_im = _chunk_matrix(A_re, A_im, bh * NT + c, offs_c, C)
+        xr, xi = _cmm(tl.trans(a_re), -tl.trans(a_im), gr, gi, DOT)                     # A^H G  (C, BV)
+        for kt in range(tl.cdiv(DK, BK)):
+            offs_k = kt * BK + tl.arange(0, BK)
+            kr, ki = _tile(k_re, k_im, base_k, rows, L, offs_k, DK)
+            _, p_re, p_im = _transitions(la, ph_re, ph_im, bh * DK, rows, L, NT, offs_k, DK, C, PHASE)
+            E_re, E_im = _to_end(la, bh, rows, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE)
+            _, _, dS_re, dS_im = _state_tile(dhs_re, dhs_im, (bh * NT + c) * DK * DV, offs_k, offs_v, DK, DV)
+            ke_re = kr * E_re - ki * E_im
+            ke_im = kr * E_im + ki * E_re
+            ur, ui = _cmm(ke_re, -ke_im, dS_re, dS_im, DOT)                           # conj(k . exp(E)) dS_out
+            xr += ur
+            xi += ui
+        mask = (rows[:, None] < L) & (offs_v[None, :] < DV)
+        p = bh * L * DV + rows[:, None] * DV + offs_v[None, :]
+        tl.store(dv_re + p, xr, mask=mask)
+        tl.store(dv_im + p, xi, mask=mask)
 
 
+def gateloop_blocks(dk: int, dv: int) -> tuple[int, int, bool]:
+    """``(BK, BV, DOT)``: the tiles ``auto`` runs a head of ``dk x dv`` with.
 
-def _block(n: int) -> int:
-    return max(16, triton.next_power_of_2(n))
+    Heads of 16 and more: tiles of 16 and ``tl.dot``. In full float32 precision ``tl.dot`` is a loop of
+    FMAs whose operands every thread holds in registers; ``ptxas -v`` finds the backward kernel spilling
+    at tiles of 32 and the forward ones at 64, and none at 16 (``tests/test_triton_spills.py``). A side
+    under 16 (the paper's ``dk = dv = 1``): the elementwise path, with tiles of that side's own size.
+    """
+    def np2(n):
+        return 1 << max(0, int(n) - 1).bit_length()
+
+    if min(dk, dv) >= CHUNK:
+        return CHUNK, CHUNK, True
+    return min(CHUNK, np2(dk)), min(CHUNK, np2(dv)), False
 
 
 def _real_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -283,65 +457,141 @@ def _planes(t: torch.Tensor, real: torch.dtype):
     return t.real.contiguous(), t.imag.contiguous()
 
 
+def _phasor_products(ph: torch.Tensor, NT: int):
+    """``P_n = prod_{j <= n in its chunk} exp(i ph_j)`` ``(BH, NT * C, DK)`` as (re, im) planes: the phases'
+    products from each chunk's start, by ``cumprod`` over unit phasors (padded with 1 to whole chunks). The
+    kernels take every phase they need from these as ``P_n conj(P_m)``: no sine or cosine runs on the GPU
+    (whose slow path for large arguments needs local memory), and unit phasors lose no digits in products."""
+    BH, L, DK = ph.shape
+    u = torch.polar(torch.ones_like(ph), ph)
+    u = torch.cat([u, u.new_ones(BH, NT * CHUNK - L, DK)], dim=1).reshape(BH, NT, CHUNK, DK)
+    P = torch.cumprod(u, dim=2).reshape(BH, NT * CHUNK, DK)
+    return P.real.contiguous(), P.imag.contiguous()
+
+
+class _Launch:
+    """One head layout's kernel launches: sizes, blocks, and the transitions ``la = log|a|`` with their
+    phasors ``(cos arg a, sin arg a)`` (none when every ``a`` is real and positive)."""
+
+    def __init__(self, BH, L, DK, DV, la, ph):
+        self.BH, self.L, self.DK, self.DV = BH, L, DK, DV
+        self.NT = triton.cdiv(L, CHUNK)
+        self.BK, self.BV, self.DOT = gateloop_blocks(DK, DV)
+        self.phase = ph is not None
+        self.a = (la, *_phasor_products(ph, self.NT)) if self.phase else (la, la, la)   # phasors unread if not
+        self.sizes = (L, DK, DV, self.NT)
+        self.consts = dict(C=CHUNK, BK=self.BK, BV=self.BV, DOT=self.DOT, PHASE=self.phase)
+
+    def grid(self, *tiles):
+        return (self.BH, *tiles)
+
+    def key_tiles(self):
+        return triton.cdiv(self.DK, self.BK)
+
+    def value_tiles(self):
+        return triton.cdiv(self.DV, self.BV)
+
+    def states(self, k, v, h0):
+        """:func:`chunk_states_kernel`: the states entering every chunk ``(BH, NT, DK, DV)`` and ``S_L``."""
+        hs = [k[0].new_empty(self.BH, self.NT, self.DK, self.DV) for _ in range(2)]
+        sL = [k[0].new_empty(self.BH, self.DK, self.DV) for _ in range(2)]
+        chunk_states_kernel[self.grid(self.key_tiles(), self.value_tiles())](
+            *k, *v, *self.a, *h0, *hs, *sL, *self.sizes, **self.consts)
+        return hs, sL
+
+    def attention(self, q, k):
+        """:func:`chunk_attention_kernel`: every chunk's intra-chunk attention ``A`` ``(BH, NT, C, C)``."""
+        A = [q[0].new_empty(self.BH, self.NT, CHUNK, CHUNK) for _ in range(2)]
+        chunk_attention_kernel[self.grid(self.NT)](*q, *k, *self.a, *A, self.L, self.DK, self.NT,
+                                                   C=CHUNK, BK=self.BK, PHASE=self.phase)
+        return A
+
+
 class _GateLoopTriton(torch.autograd.Function):
+    """Inputs: complex (or real) ``q, k, v, h0`` (BH, L, d), the real ``la = log|a|`` and ``ph = arg a``
+    (``None``: every ``a`` real and positive)."""
+
     @staticmethod
-    def forward(ctx, q, k, v, la, ph, h0, chunk):
+    def forward(ctx, q, k, v, la, ph, h0):
         BH, L, DK = q.shape
-        DV = v.shape[-1]
         real = la.dtype
-        planes = [*_planes(q, real), *_planes(k, real), *_planes(v, real), la.contiguous(), ph.contiguous(),
-                  *_planes(h0, real)]
-        y_re = torch.empty(BH, L, DV, device=q.device, dtype=real)
-        y_im = torch.empty_like(y_re)
-        s_re = torch.empty(BH, DK, DV, device=q.device, dtype=real)
-        s_im = torch.empty_like(s_re)
-        gateloop_fwd_kernel[(BH,)](*planes, y_re, y_im, s_re, s_im, L, DK, DV, C=chunk, BK=_block(DK), BV=_block(DV))
-        ctx.save_for_backward(*planes)
-        ctx.chunk = chunk
+        run = _Launch(BH, L, DK, v.shape[-1], la.contiguous(), None if ph is None else ph.contiguous())
+        qp, kp, vp, h0p = (_planes(t, real) for t in (q, k, v, h0))
+        hs, sL = run.states(kp, vp, h0p)
+        A = run.attention(qp, kp)
+        y = [qp[0].new_empty(BH, L, run.DV) for _ in range(2)]
+        chunk_output_kernel[run.grid(run.NT, run.value_tiles())](*qp, *vp, *run.a, *hs, *A, *y, *run.sizes,
+                                                                 **run.consts)
+        ctx.save_for_backward(*qp, *kp, *vp, *h0p, *run.a)   # la and its phasor products
+        ctx.phase = run.phase
         ctx.complex_inputs = (q.is_complex(), k.is_complex(), v.is_complex(), h0.is_complex())
-        return torch.complex(y_re, y_im), torch.complex(s_re, s_im)
+        return torch.complex(*y), torch.complex(*sL)
 
     @staticmethod
     def backward(ctx, grad_y, grad_S):
-        planes = ctx.saved_tensors
-        BH, L, DK = planes[0].shape
-        DV = planes[4].shape[-1]
-        real = planes[0].dtype
-        g_re, g_im = _planes(grad_y, real)
-        if grad_S is None:
-            grad_S = torch.zeros(BH, DK, DV, device=g_re.device, dtype=real)
-        gS = _planes(grad_S, real)
-        outs = [torch.empty_like(planes[i]) for i in (0, 0, 2, 2, 4, 4, 0, 0, 8, 8)]
-        C, BK, BV = ctx.chunk, _block(DK), _block(DV)
-        n_chunks = triton.cdiv(L, C)
-        states = [torch.empty(BH, n_chunks, BK, BV, device=g_re.device, dtype=real) for _ in range(2)]
-        gateloop_bwd_kernel[(BH,)](*planes[:8], *planes[8:10], g_re, g_im, *gS, *outs, *states, L, DK, DV,
-                                   C=C, BK=BK, BV=BV)
-        grads = [torch.complex(outs[i], outs[i + 1]) if is_c else outs[i]     # a real input gets the real part
-                 for i, is_c in zip((0, 2, 4, 8), ctx.complex_inputs)]
-        dq, dk, dv, dh0 = grads
+        q_re, q_im, k_re, k_im, v_re, v_im, h0_re, h0_im, la, cos_ph, sin_ph = ctx.saved_tensors
+        q, k, v, h0 = (q_re, q_im), (k_re, k_im), (v_re, v_im), (h0_re, h0_im)
+        BH, L, DK = q_re.shape
+        run = _Launch(BH, L, DK, v_re.shape[-1], la, None)
+        run.a, run.phase, run.consts["PHASE"] = (la, cos_ph, sin_ph), ctx.phase, ctx.phase
+        G = _planes(grad_y, la.dtype)
+        gS = _planes(grad_S if grad_S is not None else torch.zeros_like(h0_re), la.dtype)
+        hs, _ = run.states(k, v, h0)
+        dhs = [torch.empty_like(hs[0]) for _ in range(2)]
+        dh0 = [torch.empty_like(h0_re) for _ in range(2)]
+        chunk_adjoint_kernel[run.grid(run.key_tiles(), run.value_tiles())](
+            *q, *run.a, *G, *gS, *dhs, *dh0, *run.sizes, **run.consts)
+        dq, dk, dl = ([torch.empty_like(q_re) for _ in range(2)] for _ in range(3))
+        chunk_dqk_kernel[run.grid(run.NT, run.key_tiles())](
+            *q, *k, *v, *run.a, *G, *hs, *dhs, *dq, *dk, *dl, *run.sizes, **run.consts)
+        A = run.attention(q, k)
+        dv = [torch.empty_like(v_re) for _ in range(2)]
+        chunk_dv_kernel[run.grid(run.NT, run.value_tiles())](*k, *run.a, *G, *dhs, *A, *dv, *run.sizes, **run.consts)
+        grads = [torch.complex(*pair) if is_c else pair[0]        # a real input gets the real part
+                 for pair, is_c in zip((dq, dk, dv, dh0), ctx.complex_inputs)]
         # d log a = d log|a| + i d arg a: the real plane goes to log|a|, the imaginary one to the phase
-        return dq, dk, dv, outs[6], outs[7], dh0, None
+        return (*grads[:3], dl[0], dl[1] if ctx.phase else None, grads[3])
 
 
-def gateloop_triton(q, k, v, a, *, h0=None, return_state=False, chunk_size: int = 16):
-    """``gateloop`` by the Triton kernels; inputs already checked and promoted by ``seqlab.ops.gateloop``.
+def gateloop_triton_log(q, k, v, log_a, phase=None, *, h0=None, return_state=False):
+    """GateLoop's recurrence with transitions given by their logarithm: ``a = exp(log_a + i phase)``
+    (``phase=None``: real positive ``a``). The causal decays and linear attention call this on CUDA: their
+    ``log a`` (e.g. ``z_{t-1} - z_t`` of additive decay) never passes through an ``a`` that could underflow.
 
-    The kernels compute in float64 for float64 / complex128 inputs and in float32 otherwise.
-    Returns ``(y, S_L)`` (``S_L`` is ``None`` unless ``return_state``).
+    Shapes as :func:`seqlab.ops.gateloop.gateloop`; ``log_a`` is real, ``<= 0``, shaped like ``k``
+    (``-inf`` is a full reset). Returns ``(y, S_L)`` (``S_L`` is ``None`` unless ``return_state``), in the
+    dtype of ``q`` promoted with the other inputs.
     """
-    require_triton("gateloop", q, k, v, a)
+    require_triton("gateloop", q, k, v, log_a)
     B, H, L, DK = q.shape
     DV = v.shape[-1]
-    out_dtype = q.dtype
+    out_dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
     real = _real_dtype(out_dtype)
-    tiny = torch.finfo(real).tiny
-    la = a.abs().to(real).clamp_min(tiny).log()                      # log|a|
-    ph = torch.angle(a).to(real) if a.is_complex() else (a < 0).to(real) * torch.pi
-    flat = lambda t: t.reshape(B * H, L, t.shape[-1])                # noqa: E731
-    state0 = h0.reshape(B * H, DK, DV) if h0 is not None else torch.zeros(B * H, DK, DV, device=q.device, dtype=out_dtype)
-    y, S = _GateLoopTriton.apply(flat(q), flat(k), flat(v), flat(la), flat(ph), state0, chunk_size)
+    # -inf (a = 0) becomes a finite floor: exp of any sum of them is 0, and no inf - inf can arise
+    la = log_a.to(real).clamp_min(torch.finfo(real).min / (4 * CHUNK))
+    ph = None if phase is None else phase.to(real).expand_as(la)
+    flat = lambda t: None if t is None else t.reshape(B * H, L, t.shape[-1])    # noqa: E731
+    state0 = h0.reshape(B * H, DK, DV) if h0 is not None else torch.zeros(B * H, DK, DV, device=q.device, dtype=real)
+    y, S = _GateLoopTriton.apply(flat(q), flat(k), flat(v), flat(la), flat(ph), state0)
     y, S = y.reshape(B, H, L, DV), S.reshape(B, H, DK, DV)
     if not out_dtype.is_complex:
         y, S = y.real, S.real
     return y.to(out_dtype), (S.to(out_dtype) if return_state else None)
+
+
+def gateloop_triton(q, k, v, a, *, h0=None, return_state=False):
+    """``gateloop`` by the Triton kernels; inputs already checked and promoted by ``seqlab.ops.gateloop``.
+
+    The kernels compute in float64 for float64 / complex128 inputs and in float32 otherwise; ``|a| = 0`` is
+    taken as the smallest positive float (its exact gradient is added by ``seqlab.ops.gateloop``).
+    Returns ``(y, S_L)`` (``S_L`` is ``None`` unless ``return_state``).
+    """
+    require_triton("gateloop", q, k, v, a)
+    real = _real_dtype(torch.promote_types(q.dtype, a.dtype))
+    la = a.abs().to(real).clamp_min(torch.finfo(real).tiny).log()   # log|a|
+    if a.is_complex():
+        ph = torch.angle(a).to(real)
+    else:   # real a: arg a is 0 or pi; with no negative entry no phase at all
+        ph = (a < 0).to(real) * torch.pi if has_values(a) and bool((a < 0).any()) else None
+    y, S = gateloop_triton_log(q, k, v, la, ph, h0=h0, return_state=return_state)
+    return y.to(q.dtype), (S.to(q.dtype) if S is not None else None)

@@ -77,6 +77,11 @@ if triton is not None:
 
 
 
+def block_h(H: int) -> int:
+    """The features one program owns for ``H`` hidden features (what ``auto`` launches)."""
+    return min(64, triton.next_power_of_2(max(H, 1)))
+
+
 def _launch_grid(B: int, H: int, block: int):
     return (B, triton.cdiv(H, block))
 
@@ -87,7 +92,7 @@ class _LogCumSumExp(torch.autograd.Function):
         p = p.contiguous()
         B, L, H = p.shape
         y = torch.empty_like(p)
-        block = min(64, triton.next_power_of_2(max(H, 1)))
+        block = block_h(H)
         fp64 = p.dtype == torch.float64
         if L > 0:
             logcumsumexp_fwd_kernel[_launch_grid(B, H, block)](p, y, L, H, *p.stride(), BLOCK_H=block, STATE_FP64=fp64)

@@ -170,7 +170,8 @@ def _from_planes(re: torch.Tensor, im: torch.Tensor, complex_: bool) -> torch.Te
     return torch.complex(re, im) if complex_ else re
 
 
-def _block_d(D: int) -> int:
+def block_d(D: int) -> int:
+    """The channels one program owns for ``D`` channels (what ``auto`` launches)."""
     return min(128, triton.next_power_of_2(D))
 
 
@@ -192,7 +193,7 @@ def _launch_fwd(a, x, h0, reverse):
     h_re = torch.empty_like(x_re)
     h_im = torch.empty_like(x_im) if x.is_complex() else h_re
     h0_re, h0_im, sh0 = _h0_planes(h0, x_re, x_im)
-    BLOCK_D = _block_d(D)
+    BLOCK_D = block_d(D)
     grid = (B, triton.cdiv(D, BLOCK_D))
     linear_scan_fwd_kernel[grid](
         a_re, a_im, x_re, x_im, h0_re, h0_im, h_re, h_im, L, D, *_shape_args(a, sa, sx, h0, sh0),
@@ -214,7 +215,7 @@ def _launch_bwd(a, h, h0, g, reverse):
     if sg != sx:
         raise RuntimeError("internal: g and h must share strides")
     h0_re, h0_im, sh0 = _h0_planes(h0, h_re, h_im)
-    BLOCK_D = _block_d(D)
+    BLOCK_D = block_d(D)
     grid = (B, triton.cdiv(D, BLOCK_D))
     linear_scan_bwd_kernel[grid](
         a_re, a_im, h_re, h_im, h0_re, h0_im, g_re, g_im, dx_re, dx_im, da_re, da_im, L, D,

@@ -1,0 +1,49 @@
+"""Every Triton kernel fits in registers on a real GPU: compiled for sm_80 (A100) and sm_90 (H100) at the
+blocks ``auto`` launches for head sizes 1, 16, 64 and 128, ``ptxas -v`` reports 0 bytes of spill stores and
+loads. No GPU is needed: Triton compiles ahead of time (``seqlab.kernels.aot.ptxas_usage``), all kernels in
+one process."""
+import importlib
+
+import pytest
+
+from seqlab.kernels import HAVE_TRITON
+
+pytestmark = pytest.mark.skipif(not HAVE_TRITON, reason="Triton ships for Linux only")
+
+HEAD_SIZES = (1, 16, 64, 128)
+CAPABILITIES = (80, 90)
+
+
+def _jobs():
+    gl = importlib.import_module("seqlab.ops.gateloop.triton")
+    scan = importlib.import_module("seqlab.ops.scan.triton")
+    rel = importlib.import_module("seqlab.ops.relation.triton")
+    configs = []
+    for d in HEAD_SIZES:
+        BK, BV, DOT = gl.gateloop_blocks(d, d)
+        for phase in (False, True):      # real positive transitions skip the phasors
+            configs += [("seqlab.ops.gateloop.triton", k, dict(C=gl.CHUNK, BK=BK, BV=BV, DOT=DOT, PHASE=phase))
+                        for k in gl.KERNELS]
+        # the scan's widest branch: complex a and x, an initial state
+        configs += [("seqlab.ops.scan.triton", k, dict(BLOCK_D=scan.block_d(d), COMPLEX_A=True, COMPLEX_X=True,
+                                                         HAS_H0=True, REVERSE=False, STATE_FP64=False))
+                    for k in ("linear_scan_fwd_kernel", "linear_scan_bwd_kernel")]
+        configs += [("seqlab.ops.relation.triton", k, dict(BLOCK_H=rel.block_h(d), STATE_FP64=False))
+                    for k in ("logcumsumexp_fwd_kernel", "logcumsumexp_bwd_kernel")]
+    unique = {(m, k, tuple(sorted(c.items()))): (m, k, c) for m, k, c in configs}.values()
+    return [dict(module=m, kernel=k, constexprs=c, capability=cap, dtype="fp32")
+            for m, k, c in unique for cap in CAPABILITIES]
+
+
+def test_every_kernel_compiles_without_spills():
+    from seqlab.kernels.aot import ptxas_usage
+
+    report = ptxas_usage(_jobs())
+    kernels = {r["kernel"] for r in report}
+    assert {"chunk_dqk_kernel", "linear_scan_bwd_kernel", "logcumsumexp_bwd_kernel"} <= kernels
+    missing = [r for r in report if r["spill_stores"] is None]
+    assert not missing, f"no ptxas report for {[(r['kernel'], r['capability']) for r in missing]}"
+    spills = [f"{r['kernel']} sm_{r['capability']} {r['constexprs']}: {r['registers']} registers, "
+              f"{r['spill_stores']} B spill stores, {r['spill_loads']} B spill loads"
+              for r in report if r["spill_stores"] or r["spill_loads"]]
+    assert not spills, "kernels that spill:\n" + "\n".join(spills)
