@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Set up seqlab's environment when something is missing, then open the lessons or run the tests.
 
-    python workbench.py lab     # JupyterLab on notebooks/  (the main job)
+    python workbench.py lab     # JupyterLab on my_notebooks/, your copy of notebooks/  (the main job)
+    python workbench.py lab --reset 02   # put lesson 02 back as committed
     python workbench.py test    # every test, the lessons included (what CI runs)
     python workbench.py execute notebooks/02_linear_recurrence.ipynb   # re-run a lesson, save its outputs
+    python workbench.py book    # the lessons as a static site in build/book/ (open build/book/index.html)
 
 Both create or reuse one local virtual environment, ``.venv`` beside this file, and install into it
 ``torch==2.13.0`` (the pin: a CPU wheel on a machine without CUDA, the usual CUDA build on a CUDA
@@ -26,6 +28,7 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 STAMP = VENV / ".seqlab-installed"
 TORCH_PIN = "torch==2.13.0"
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 # The command `test` runs, inside the environment. Notebooks run in the quick profile; nbval
 # compares their committed outputs; --dist loadscope keeps each notebook on one worker.
@@ -40,6 +43,8 @@ PYTEST_ARGS = [
 # JupyterLab settings for this environment: no news/update toast (it hides cells and asks the network).
 LAB_OVERRIDES = {
     "@jupyterlab/apputils-extension:notification": {"checkForUpdates": False, "fetchNews": "false"},
+    # saved widget state is shown when a lesson opens, and kept when it is saved
+    "@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True},
 }
 
 
@@ -47,9 +52,9 @@ def venv_python() -> Path:
     return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
-def wanted_stamp() -> str:
+def wanted_stamp(dev: bool) -> str:
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    return f"{digest} {TORCH_PIN} python{sys.version_info.major}.{sys.version_info.minor}"
+    return f"{digest} {TORCH_PIN} python{sys.version_info.major}.{sys.version_info.minor}" + (" dev" if dev else "")
 
 
 def run(cmd: list, **kwargs) -> None:
@@ -57,22 +62,72 @@ def run(cmd: list, **kwargs) -> None:
     subprocess.run([str(c) for c in cmd], check=True, **kwargs)
 
 
-def ensure_environment() -> Path:
-    """Create ``.venv`` if missing and (re)install when pyproject.toml changed since the last install."""
+def has_nvidia_driver() -> bool:
+    """An NVIDIA driver is loaded (Linux): the CUDA build of torch would have a GPU to use."""
+    import shutil
+
+    return Path("/proc/driver/nvidia/version").exists() or shutil.which("nvidia-smi") is not None
+
+
+def check_platform() -> None:
+    """Stop with a clear message where torch 2.13 has no wheel."""
+    import platform
+
     if sys.version_info < (3, 10):
         sys.exit(f"seqlab needs Python >= 3.10; this is {sys.version.split()[0]}")
+    if platform.system() == "Darwin" and platform.machine() == "x86_64":
+        sys.exit("seqlab needs torch 2.13, which has no build for Intel Macs (x86_64). On a Mac, use an Apple "
+                 "Silicon one (arm64); or Linux or Windows; or read the lessons without running them: "
+                 "python3 workbench.py book on another machine, or the notebooks on GitHub.")
+
+
+def pip_install(py: Path, args: list[str], log: Path, what: str) -> bool:
+    """``pip install args`` with its output in ``log``; one line here. Returns whether it succeeded."""
+    cmd = [str(py), "-m", "pip", "install", "--disable-pip-version-check", *args]
+    with open(log, "a") as out:
+        out.write(f"\n$ {' '.join(cmd)}\n")
+        out.flush()
+        code = subprocess.call(cmd, stdout=out, stderr=subprocess.STDOUT)
+    print(f"  {what}: {'done' if code == 0 else 'FAILED'}  (pip's output: {log})", flush=True)
+    return code == 0
+
+
+def install_torch(py: Path, log: Path) -> None:
+    """``torch==2.13.0``, first and alone, so nothing else can pick another torch build. On Linux without an
+    NVIDIA driver the CPU build comes from PyTorch's CPU index (the plain pin would fetch the CUDA build
+    and ~1 GB of NVIDIA libraries); if that index cannot be reached, the plain pin."""
+    import platform
+
+    if platform.system() == "Linux" and not has_nvidia_driver():
+        if pip_install(py, [TORCH_PIN, "--index-url", CPU_INDEX, "--retries", "1", "--timeout", "15"], log,
+                       "torch (CPU build, PyTorch's CPU index)"):
+            return
+    if not pip_install(py, [TORCH_PIN], log, "torch"):
+        tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
+        sys.exit(f"installing {TORCH_PIN} failed; the end of pip's output ({log}):\n{tail}")
+
+
+def ensure_environment(dev: bool = True) -> Path:
+    """Create ``.venv`` if missing and (re)install when pyproject.toml changed since the last install:
+    torch, then seqlab with what the lessons need (``dev``: and what the tests need)."""
+    check_platform()
     py = venv_python()
     if not py.exists():
         print(f"Creating the virtual environment {VENV} ...", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
-    if STAMP.exists() and STAMP.read_text() == wanted_stamp():
+    done = STAMP.read_text() if STAMP.exists() else ""
+    if done in (wanted_stamp(dev), wanted_stamp(True)):     # what is there already covers what is asked
         return py
-    print("Installing seqlab and its dependencies into .venv (once; redone when pyproject.toml changes) ...", flush=True)
-    pip = [py, "-m", "pip", "install", "--disable-pip-version-check"]
-    run(pip + [TORCH_PIN])            # first and alone, so nothing else can pick another torch build
-    run(pip + ["-e", f"{ROOT}[dev]"])
+    print("Installing seqlab and its dependencies into .venv (once; redone when pyproject.toml changes; "
+          "a few hundred MB to download with the CPU build of torch, about 3 GB on disk) ...", flush=True)
+    log = VENV / "install.log"
+    install_torch(py, log)
+    if not pip_install(py, ["-e", f"{ROOT}[dev]" if dev else str(ROOT)], log,
+                       "seqlab and its dependencies" + (" (with the test tools)" if dev else "")):
+        tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
+        sys.exit(f"installing seqlab failed; the end of pip's output ({log}):\n{tail}")
     write_lab_overrides(py)
-    STAMP.write_text(wanted_stamp())
+    STAMP.write_text(wanted_stamp(dev))
     return py
 
 
@@ -88,14 +143,91 @@ def write_lab_overrides(py: Path) -> None:
     path.write_text(json.dumps(current, indent=2))
 
 
+WORKING = ROOT / "my_notebooks"          # the learner's copy of the lessons (git-ignored)
+SYNC = WORKING / ".seqlab-sync.json"     # lesson -> hash of the tracked version it was copied from
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def sync_working_copy(reset: list[str] = (), written: list[Path] | None = None) -> list[str]:
+    """Bring ``my_notebooks/`` up to date with ``notebooks/`` and return what the learner should be told
+    (the lessons copied are appended to ``written``).
+
+    A lesson missing from the copy is copied; one the learner has not changed since it was copied is
+    refreshed when the tracked lesson changes; one the learner changed is kept. ``reset`` names lessons
+    (``"02"`` or a file name) to restore from the tracked version whatever their state.
+    """
+    WORKING.mkdir(exist_ok=True)
+    synced = json.loads(SYNC.read_text()) if SYNC.exists() else {}
+    notes = []
+    for tracked in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        mine, name = WORKING / tracked.name, tracked.name
+        wanted = _digest(tracked)
+        forced = any(name == r or name.startswith(f"{r}_") for r in reset)
+        if forced or not mine.exists():
+            mine.write_bytes(tracked.read_bytes())
+            if written is not None:
+                written.append(mine)
+            if forced:
+                notes.append(f"{name}: restored from notebooks/")
+        elif synced.get(name) != wanted:
+            if _digest(mine) == synced.get(name):          # untouched by the learner: take the new lesson
+                mine.write_bytes(tracked.read_bytes())
+                if written is not None:
+                    written.append(mine)
+                notes.append(f"{name}: updated to the new version in notebooks/")
+            else:
+                notes.append(f"{name}: notebooks/ has a new version; your edited copy is kept "
+                             f"(python3 workbench.py lab --reset {name[:2]} takes the new one)")
+                continue
+        synced[name] = wanted
+    SYNC.write_text(json.dumps(synced, indent=1))
+    unknown = [r for r in reset if not any(p.name == r or p.name.startswith(f"{r}_")
+                                           for p in (ROOT / "notebooks").glob("*.ipynb"))]
+    if unknown:
+        raise SystemExit(f"--reset: no lesson named {unknown}; give a number like 02 or a file name")
+    return notes
+
+
+def _split_reset(args: list[str]) -> tuple[list[str], list[str]]:
+    """``--reset NN`` (repeatable) out of the arguments for JupyterLab."""
+    reset, rest, it = [], [], iter(args)
+    for a in it:
+        if a == "--reset":
+            value = next(it, None)
+            if value is None:
+                raise SystemExit("--reset needs a lesson: python3 workbench.py lab --reset 02")
+            reset.append(value)
+        else:
+            rest.append(a)
+    return reset, rest
+
+
 def lab(args: list[str]) -> int:
-    py = ensure_environment()
+    """JupyterLab on ``my_notebooks/``, the learner's git-ignored copy of the lessons (``notebooks/`` stays
+    as committed: autosave, outputs and edits land in the copy). ``--reset NN`` restores one lesson."""
+    reset, args = _split_reset(args)
+    py = ensure_environment(dev=False)
     write_lab_overrides(py)
-    cmd = [py, "-m", "jupyter", "lab", f"--notebook-dir={ROOT / 'notebooks'}", *args]
+    written: list[Path] = []
+    for note in sync_working_copy(reset, written):
+        print(f"lessons: {note}", flush=True)
+    if written:   # the project's own lessons: trusted, so JupyterLab renders their saved widgets and outputs
+        subprocess.run([str(py), "-m", "jupyter", "trust", *map(str, written)], cwd=ROOT, check=False,
+                       stdout=subprocess.DEVNULL)
+    if reset:
+        return 0
+    # -y: one Ctrl-C shuts JupyterLab down (no "Shutdown this Jupyter server (y/[n])?" prompt)
+    cmd = [py, "-m", "jupyter", "lab", "-y", f"--notebook-dir={WORKING}", *args]
     if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in args:
         cmd.append("--allow-root")  # containers often run as root; JupyterLab refuses without it
     print("+", " ".join(map(str, cmd)), flush=True)
-    return subprocess.call([str(c) for c in cmd], cwd=ROOT)
+    try:
+        return subprocess.call([str(c) for c in cmd], cwd=ROOT)
+    except KeyboardInterrupt:      # Ctrl-C: JupyterLab got it too and shuts down; no traceback here
+        return 130
 
 
 def test_environment() -> dict:
@@ -124,16 +256,34 @@ def execute(args: list[str]) -> int:
         print("usage: python workbench.py execute notebooks/NN_name.ipynb [...]")
         return 2
     py = ensure_environment()
-    env = test_environment()
+    env = dict(test_environment(), SEQLAB_NO_TRITON="1")   # as nbval runs them (notebooks/conftest.py)
     for nb in args:
         run([py, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--inplace",
              "--ExecutePreprocessor.timeout=900", nb], cwd=ROOT, env=env)
         run([py, "-m", "seqlab.viz.nbstate", nb], cwd=ROOT, env=env)
+        set_kernel_name(ROOT / nb)
     return 0
 
 
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+
+
+def set_kernel_name(path: Path) -> None:
+    """The kernel name JupyterLab writes: a lesson saved with another one opens marked modified."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    if nb.get("metadata", {}).get("kernelspec") != KERNELSPEC:
+        nb.setdefault("metadata", {})["kernelspec"] = KERNELSPEC
+        path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def book(args: list[str]) -> int:
+    """The lessons as a static site in ``build/book/`` (``seqlab.book``): read them without installing."""
+    py = ensure_environment(dev=True)     # MathJax for the pages comes with the dev extra
+    return subprocess.call([str(py), "-m", "seqlab.book", *args], cwd=ROOT)
+
+
 def main(argv: list[str]) -> int:
-    commands = {"lab": lab, "test": test, "execute": execute}
+    commands = {"lab": lab, "test": test, "execute": execute, "book": book}
     if not argv or argv[0] not in commands:
         print(__doc__)
         return 2

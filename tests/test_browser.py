@@ -38,12 +38,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TOUR = REPO / "notebooks" / "00_welcome.ipynb"
+FIRST_OPEN = "first_open.ipynb"     # the committed tour, opened without running it
 ARTIFACTS = REPO / "test-artifacts"
 CHROMIUM = os.environ.get("SEQLAB_CHROMIUM", "/usr/bin/chromium")
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
 # The JupyterLab settings every learner gets (also written by workbench.py): no news toast.
-LAB_OVERRIDES = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
+LAB_OVERRIDES = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False},
+                 "@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True}}
 SERVER_START_S = 90       # JupyterLab up and answering
 RUN_ALL_S = 240           # every cell of the tour, quick profile, in the browser's kernel
 
@@ -118,6 +120,7 @@ def _user_settings(root: Path) -> dict:
         "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
         "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
                                                                             "checkForUpdates": False},
+        "@jupyter-widgets/jupyterlab-manager/plugin.jupyterlab-settings": {"saveState": True},
     }
     for rel, value in files.items():
         (settings / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -139,7 +142,12 @@ def lab(tmp_path_factory, chromium_executable):
     _stripped_copy(TOUR, notebooks / TOUR.name)
     token, port = secrets.token_hex(16), _free_port()
     env = {**os.environ, **_user_settings(root), "SEQLAB_PROFILE": "quick", "PYTHONUNBUFFERED": "1",
-           "JUPYTER_RUNTIME_DIR": str(root / "runtime")}
+           "JUPYTER_RUNTIME_DIR": str(root / "runtime"), "JUPYTER_DATA_DIR": str(root / "data")}
+    # the tour as committed, trusted as `workbench.py lab` trusts the lessons it copies (the test's own
+    # notary database, in JUPYTER_DATA_DIR): opened without running, its saved widgets must render
+    shutil.copy(TOUR, notebooks / FIRST_OPEN)
+    subprocess.run([sys.executable, "-m", "jupyter", "trust", str(notebooks / FIRST_OPEN)], env=env, check=True,
+                   capture_output=True)
     env.pop("JUPYTER_TOKEN", None)
     log = open(root / "jupyterlab.log", "w")
     cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
@@ -282,3 +290,88 @@ def test_tour_runs_and_renders_in_chromium(lab, page):
     assert after != before
     shot = _screenshot(page, "tour-widget.png")
     assert shot.stat().st_size > 10_000
+
+
+def test_a_lesson_opens_with_its_widgets_rendered(lab, page):
+    """What a learner sees on first open, before running anything: the saved slider and progress bars
+    rendered as widgets, not as their text fallbacks (``interactive(children=...``, ``0%|  | 0/150``)."""
+    base, token = lab
+    page.set_default_timeout(60_000)
+    page.goto(f"{base}/lab/tree/{FIRST_OPEN}?token={token}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=SERVER_START_S * 1000)
+    slider = page.locator(".jp-OutputArea-output .widget-slider").first
+    slider.scroll_into_view_if_needed()
+    slider.wait_for(state="visible", timeout=60_000)
+    assert page.locator(".jp-OutputArea-output .widget-hprogress, .jp-OutputArea-output .progress").count() >= 1
+    page.wait_for_timeout(2000)
+    texts = page.eval_on_selector_all(".jp-OutputArea-output", "els => els.map(e => e.innerText)")
+    as_text = [t[:200] for t in texts if "interactive(children=" in t or "0%|" in t]   # the text fallbacks
+    assert not as_text, f"widgets shown as text: {as_text}"
+    _screenshot(page, "first-open-widget.png")
+
+
+# ----------------------------------------------------------------------------- the static book, offline
+def _figures_in(nb_path: Path) -> int:
+    """Plotly figures a lesson's committed outputs hold, those inside saved widget outputs included."""
+    import nbformat
+
+    from seqlab.book import PLOTLY, WIDGET, WIDGET_STATE
+
+    nb = nbformat.read(nb_path, as_version=4)
+    state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+
+    def widget(model_id: str) -> int:
+        model = state.get(model_id)
+        if model is None:
+            return 0
+        s = model["state"]
+        return (sum(widget(c.removeprefix("IPY_MODEL_")) for c in s.get("children", []))
+                + sum(count(o) for o in s.get("outputs", []) if model["model_name"] == "OutputModel"))
+
+    def count(out) -> int:
+        data = out.get("data", {})
+        return 1 if PLOTLY in data else widget(data[WIDGET]["model_id"]) if WIDGET in data else 0
+
+    return sum(count(o) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+@pytest.fixture(scope="module")
+def book(tmp_path_factory):
+    from seqlab.book import build
+
+    out = tmp_path_factory.mktemp("book")
+    return out, build(out)
+
+
+def test_book_reads_offline_with_every_figure_drawn(book, browser, chromium_executable):
+    """``workbench.py book``: every page opens from disk with the network off; every figure of the lesson is
+    drawn by the shipped plotly.js, every formula typeset by the shipped MathJax, nothing asks the network."""
+    out, pages = book
+    lessons = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert [p.name for p in pages] == ["index.html"] + [f"{p.stem}.html" for p in lessons]
+    context = browser.new_context(offline=True, viewport={"width": 1400, "height": 1000})
+    asked = []
+    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file://")
+                  else (asked.append(route.request.url), route.abort()))
+    page = context.new_page()
+    for path in pages:
+        page.goto(path.as_uri())
+        page.wait_for_function("() => window.MathJax && MathJax.Hub && MathJax.Hub.queue.pending === 0"
+                               " && MathJax.Hub.queue.running === 0", timeout=90_000)
+        text = page.inner_text("body")
+        assert "$$" not in text and "\\frac" not in text, f"{path.name}: raw TeX left on the page"
+        if path.name == "index.html":
+            assert page.locator("a[href='01_causal_relation_networks.html']").count() == 1
+            assert "arxiv.org/abs/2311.01927" in page.content()
+            continue
+        lesson = REPO / "notebooks" / f"{path.stem}.ipynb"
+        want = _figures_in(lesson)
+        assert want > 0, f"{lesson.name} has no figure"
+        page.wait_for_function(f"() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= {want}",
+                               timeout=60_000)
+        drawn = page.eval_on_selector_all(".js-plotly-plot", "els => els.filter(e => e.querySelector("
+                                          "'.main-svg') && e.getBoundingClientRect().height > 50).length")
+        assert drawn == want, f"{path.name}: {drawn} figures drawn, the lesson has {want}"
+    assert not asked, f"the book asked the network for {asked[:5]}"
+    _screenshot(page, "book-last-page.png")
+    context.close()

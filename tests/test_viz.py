@@ -147,6 +147,37 @@ def test_liveplot_drives_a_figure_widget():
     assert list(live.widget.data[0].x) == [r["step"] for r in recs]
 
 
+def test_liveplot_turns_static_when_a_fit_ends_and_live_again_in_place(monkeypatch):
+    """The saved notebook keeps the final curves as a figure, not a multi-MB widget; a race of two runs
+    stays one output."""
+    pytest.importorskip("anywidget")
+    import IPython.display
+
+    shown = []
+
+    class Handle:
+        def update(self, obj, raw=False):
+            shown.append(("update", sorted(obj)))
+
+    def display(obj, raw=False, display_id=False):
+        shown.append(("display", sorted(obj)))
+        return Handle()
+
+    monkeypatch.setattr(IPython.display, "display", display)
+    live = viz.LivePlot(["loss"], display=True, min_interval=0.0)
+    for label in ("transformer", "linear transformer"):
+        cb = live.run(label)
+        cb.on_fit_start(None, None)
+        for r in _records(3, every_eval=100):
+            cb(None, r)
+        assert isinstance(live.widget, go.FigureWidget), "live while the run trains"
+        cb.on_fit_end(None)
+        assert live.widget is None, "closed when the run ends"
+    assert [kind for kind, _ in shown].count("display") == 1
+    assert shown[-1] == ("update", ["application/vnd.plotly.v1+json"])
+    assert ("update", ["application/vnd.jupyter.widget-view+json", "text/plain"]) in shown   # live again, in place
+
+
 # ----------------------------------------------------------------------------- matrices
 
 

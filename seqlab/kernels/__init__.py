@@ -3,7 +3,7 @@ once for every op), Triton's availability and its CPU interpreter, Numba (``seql
 ahead-of-time compilation (``seqlab.kernels.aot``). The kernels themselves live beside the equations they
 compute, in each op's folder: ``seqlab/ops/<op>/triton.py`` and ``numba.py``.
 
-Triton ships for Linux only. Without it every other mode works and ``mode="triton"`` raises
+Triton ships for Linux only (``SEQLAB_NO_TRITON=1`` makes it unavailable anywhere). Without it every other mode works and ``mode="triton"`` raises
 :class:`TritonUnavailable` saying why. Without CUDA, the kernels run in Triton's CPU interpreter:
 ``TRITON_INTERPRET=1`` is set here, before any ``@triton.jit`` runs (slow: ~20 ms a launch,
 meant for checking small shapes, not for speed).
@@ -16,7 +16,9 @@ import sys
 
 import torch
 
-HAVE_TRITON = importlib.util.find_spec("triton") is not None
+# SEQLAB_NO_TRITON=1 makes Triton unavailable, as on macOS or Windows: the lessons are validated that way
+SWITCHED_OFF = os.environ.get("SEQLAB_NO_TRITON", "0") not in ("", "0")
+HAVE_TRITON = importlib.util.find_spec("triton") is not None and not SWITCHED_OFF
 
 if HAVE_TRITON and not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -31,6 +33,8 @@ def interpreted() -> bool:
 
 
 def status() -> str:
+    if SWITCHED_OFF:
+        return "Triton switched off (SEQLAB_NO_TRITON=1): Triton modes are unavailable, as on macOS or Windows"
     if not HAVE_TRITON:
         return f"Triton not installed ({sys.platform}): Triton modes need Linux (and a GPU for speed)"
     if torch.cuda.is_available() and not interpreted():
@@ -40,6 +44,9 @@ def status() -> str:
 
 def require_triton(op: str, *tensors: torch.Tensor) -> None:
     """Raise a clear error if ``op``'s Triton mode cannot run on these tensors here."""
+    if SWITCHED_OFF:
+        raise TritonUnavailable(f"{op}(mode='triton'): Triton is switched off (SEQLAB_NO_TRITON=1); unset it, "
+                                "or use mode='auto'")
     if not HAVE_TRITON:
         raise TritonUnavailable(
             f"{op}(mode='triton') needs Triton, which ships only for Linux (and a CUDA GPU for speed); "

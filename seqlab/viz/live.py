@@ -5,7 +5,9 @@ Usage in a notebook (one run, or several runs racing in one figure)::
     live = viz.LivePlot(["loss", "accuracy"])
     h1 = fit(transformer, task, ..., callbacks=[live.run("transformer")])
     h2 = fit(linear, task, ..., callbacks=[live.run("linear transformer")])
-    live.close()          # the widget becomes the same figure, static (recommended)
+
+When a ``fit`` ends, the live widget becomes the same figure, static, in the same place (:meth:`close`);
+the next run drawn into it makes it live again there.
 
 ``LivePlot`` itself is also a callback: used directly it names each run after the model
 (``model.model_name``) when ``fit`` starts.
@@ -14,8 +16,8 @@ Outside a Jupyter kernel (a terminal, a test) nothing is drawn: the records are 
 and :meth:`LivePlot.figure` gives the static figure. In a kernel without ``anywidget`` (which
 plotly's ``FigureWidget`` needs) the figure is redrawn as a static output instead.
 
-After :meth:`close`, the live widget is replaced by its static figure and closed, so the saved
-notebook shows the final curves without keeping the widget (plotly's widget carries its whole
+After :meth:`close` (at the end of every ``fit``), the live widget is replaced by its static figure and
+closed, so the saved notebook shows the final curves without keeping the widget (plotly's widget carries its whole
 JavaScript bundle, about 5 MB, in a notebook's saved widget state).
 """
 from __future__ import annotations
@@ -70,7 +72,7 @@ class _Run:
         self.plot._add(self.label, record)
 
     def on_fit_end(self, history) -> None:
-        self.plot._refresh(force=True)
+        self.plot.close()
 
 
 class LivePlot:
@@ -112,7 +114,7 @@ class LivePlot:
         self._add(self._current, record)
 
     def on_fit_end(self, history) -> None:
-        self._refresh(force=True)
+        self.close()
 
     def run(self, label: str) -> _Run:
         """A callback that feeds the run ``label`` of this plot (several runs race in one figure)."""
@@ -169,7 +171,10 @@ class LivePlot:
             bundle = {"application/vnd.jupyter.widget-view+json": {"model_id": self.widget.model_id,
                                                                    "version_major": 2, "version_minor": 0},
                       "text/plain": "LivePlot (live learning curves)"}
-            self._handle = display(bundle, raw=True, display_id=True)
+            if self._handle is None:
+                self._handle = display(bundle, raw=True, display_id=True)
+            else:   # the next run of a race: live again, in the same place
+                self._handle.update(bundle, raw=True)
         else:  # a new run or metric appeared: new traces, same widget
             with self.widget.batch_update():
                 self.widget.data = ()

@@ -1,0 +1,24 @@
+"""What every lesson file must be before anyone runs it: opened in JupyterLab it is not marked modified
+(its kernel name is the one JupyterLab writes), it links the papers it follows, and it stays small."""
+import json
+from pathlib import Path
+
+import pytest
+
+LESSONS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("0*.ipynb"))
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_lesson_file(path):
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    assert nb["metadata"]["kernelspec"] == {"display_name": "Python 3 (ipykernel)", "language": "python",
+                                            "name": "python3"}, "JupyterLab rewrites any other kernel name on open"
+    head = "".join(nb["cells"][0]["source"])
+    text = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    where = text if path.name.startswith("00") else head        # lesson 00 has the whole bibliography
+    assert "arxiv.org/abs/" in where or "openreview.net/forum" in where, "the papers are linked"
+    assert path.stat().st_size < 1.5e6, f"{path.name} is {path.stat().st_size / 1e6:.2f} MB"
+
+
+def test_there_are_six_lessons():
+    assert [p.name[:2] for p in LESSONS] == ["00", "01", "02", "03", "04", "05"]

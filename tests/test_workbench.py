@@ -1,0 +1,82 @@
+"""workbench.py's lesson working copy: ``lab`` opens ``my_notebooks/``, never the tracked lessons."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def wb(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("workbench_under_test", ROOT / "workbench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (tmp_path / "notebooks").mkdir()
+    for name in ("00_welcome.ipynb", "02_linear_recurrence.ipynb"):
+        (tmp_path / "notebooks" / name).write_text(json.dumps({"cells": [], "v": 1}))
+    monkeypatch.setattr(module, "ROOT", tmp_path)
+    monkeypatch.setattr(module, "WORKING", tmp_path / "my_notebooks")
+    monkeypatch.setattr(module, "SYNC", tmp_path / "my_notebooks" / ".seqlab-sync.json")
+    return module
+
+
+def test_first_launch_copies_every_lesson(wb, tmp_path):
+    written = []
+    assert wb.sync_working_copy(written=written) == []
+    assert sorted(p.name for p in written) == ["00_welcome.ipynb", "02_linear_recurrence.ipynb"]  # to be trusted
+    again = []
+    assert wb.sync_working_copy(written=again) == [] and again == []
+    assert sorted(p.name for p in (tmp_path / "my_notebooks").glob("*.ipynb")) == \
+        ["00_welcome.ipynb", "02_linear_recurrence.ipynb"]
+
+
+def test_untouched_lessons_follow_the_tracked_ones_edited_ones_are_kept(wb, tmp_path):
+    wb.sync_working_copy()
+    mine = tmp_path / "my_notebooks"
+    (mine / "02_linear_recurrence.ipynb").write_text("my edits")
+    for name in ("00_welcome.ipynb", "02_linear_recurrence.ipynb"):
+        (tmp_path / "notebooks" / name).write_text(json.dumps({"cells": [], "v": 2}))
+    notes = wb.sync_working_copy()
+    assert json.loads((mine / "00_welcome.ipynb").read_text())["v"] == 2
+    assert (mine / "02_linear_recurrence.ipynb").read_text() == "my edits"
+    assert any("02_linear_recurrence.ipynb" in n and "--reset 02" in n for n in notes)
+    assert wb.sync_working_copy(reset=["02"]) == ["02_linear_recurrence.ipynb: restored from notebooks/"]
+    assert json.loads((mine / "02_linear_recurrence.ipynb").read_text())["v"] == 2
+    assert wb.sync_working_copy() == []          # and from now on it follows the tracked lesson again
+
+
+def test_reset_of_an_unknown_lesson_says_so(wb):
+    with pytest.raises(SystemExit, match="no lesson named"):
+        wb.sync_working_copy(reset=["09"])
+    with pytest.raises(SystemExit, match="--reset needs a lesson"):
+        wb._split_reset(["--reset"])
+    assert wb._split_reset(["--port", "8899", "--reset", "02"]) == (["02"], ["--port", "8899"])
+
+
+def test_torch_comes_from_the_cpu_index_on_linux_without_a_driver_and_falls_back_to_the_pin(wb, tmp_path,
+                                                                                             monkeypatch):
+    import platform
+
+    calls = []
+    monkeypatch.setattr(platform, "system", lambda: "Linux")
+    monkeypatch.setattr(wb, "has_nvidia_driver", lambda: False)
+    # the CPU index cannot be reached here; the plain pin installs
+    monkeypatch.setattr(wb, "pip_install", lambda py, args, log, what: calls.append(args) or wb.CPU_INDEX not in args)
+    wb.install_torch(Path("python"), tmp_path / "install.log")
+    assert calls[0][:3] == [wb.TORCH_PIN, "--index-url", wb.CPU_INDEX]     # tried first, failed here
+    assert calls[1] == [wb.TORCH_PIN]                                    # then the plain pin
+    calls.clear()
+    monkeypatch.setattr(wb, "has_nvidia_driver", lambda: True)
+    wb.install_torch(Path("python"), tmp_path / "install.log")
+    assert calls == [[wb.TORCH_PIN]]                                     # a driver: the usual (CUDA) build
+
+
+def test_an_intel_mac_is_told_why_not(wb, monkeypatch):
+    import platform
+
+    monkeypatch.setattr(platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    with pytest.raises(SystemExit, match="no build for Intel Macs"):
+        wb.check_platform()
