@@ -4,7 +4,8 @@ Layers of the package, in the one direction imports flow:
 ``ops`` (tensor functions, each equation in all its modes; Triton kernels in ``kernels``)
 -> ``layers`` (nn.Modules) -> ``models`` (whole models, ``build(name, ...)``).
 ``tasks`` makes data, ``train`` fits models, ``viz`` and ``readout`` read models and ops;
-``generate`` (from ``seqlab.sampling``) samples from a causal language model.
+``generate`` (from ``seqlab.sampling``) samples from a causal language model; ``load(path)`` returns the
+trained model a checkpoint holds.
 """
 from seqlab import config, ops  # noqa: F401
 
@@ -18,6 +19,10 @@ def __getattr__(name):
     if name in {"layers", "models", "tasks", "train", "viz", "readout", "inspect", "sampling", "kernels",
                 "experiments"}:
         return importlib.import_module(f"seqlab.{name}")
+    if name == "load":
+        from seqlab.train import load_model
+
+        return load_model
     if name == "generate":
         from seqlab.sampling import generate
 

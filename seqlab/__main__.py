@@ -5,6 +5,11 @@
         [--seed 0 --device auto --checkpoint runs/copy.pt --resume] \\
         [--config d_model=64 n_layers=2] [--task-config max_len=16]
     python -m seqlab experiment NAME [key=value ...]
+    python -m seqlab describe NAME         # a model's, task's or experiment's parameters and defaults
+    python -m seqlab evaluate PATH         # a checkpoint's model on its task (seqlab.load(PATH) in Python)
+
+Ctrl-C during ``train --checkpoint PATH`` saves the run there and says how to resume it; resuming with a
+larger ``--steps`` extends the run (on the schedule of the new total).
 
 ``key=value`` values are read as Python literals (``3``, ``1e-3``, ``True``, ``"mean"``, ``(4, 4)``)
 and otherwise kept as strings.
@@ -13,7 +18,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import difflib
+import inspect
 import json
+import os
 import sys
 
 
@@ -55,9 +63,13 @@ def cmd_list(args) -> int:
 
 def cmd_train(args) -> int:
     import torch
+    from tqdm.auto import tqdm
 
     from seqlab import config, models, tasks, train
 
+    main_rank = int(os.environ.get("RANK", "0")) == 0     # under torchrun, rank 0 alone prints and writes
+    if not main_rank:
+        sys.stdout = open(os.devnull, "w")
     task = tasks.get(args.task, **parse_pairs(args.task_config, "--task-config"))
     model_cfg = parse_pairs(args.config, "--config")
     fixed = sorted({"vocab_size", "num_classes", "seq_len"} & set(model_cfg))
@@ -69,16 +81,97 @@ def cmd_train(args) -> int:
     device = config.device(args.device)
     print(f"model {args.model} ({models.count_parameters(model):,} parameters) on task {args.task} "
           f"(seq_len {task.seq_len}, vocab {task.vocab_size}, classes {task.num_classes}); device {device}")
+    if args.resume and args.checkpoint:
+        if os.path.exists(args.checkpoint):
+            step = train.load_checkpoint(args.checkpoint)["step"]
+            print(f"resuming from step {step} of {args.checkpoint} (to step {args.steps})")
+        else:
+            print(f"no checkpoint at {args.checkpoint}: starting fresh")
     every = args.print_every or max(1, args.steps // 10)
-    history = train.fit(model, task, steps=args.steps, batch_size=args.batch_size, lr=args.lr, device=device,
-                        seed=args.seed, eval_every=args.eval_every, checkpoint=args.checkpoint,
-                        checkpoint_every=args.checkpoint_every, resume=args.resume,
-                        callbacks=[train.PrintCallback(every)], progress=not args.no_progress,
-                        threads=args.threads)
+    try:
+        history = train.fit(model, task, steps=args.steps, batch_size=args.batch_size, lr=args.lr, device=device,
+                            seed=args.seed, eval_every=args.eval_every, checkpoint=args.checkpoint,
+                            checkpoint_every=args.checkpoint_every, resume=args.resume,
+                            callbacks=[train.PrintCallback(every, print_fn=tqdm.write)],
+                            progress=not args.no_progress, threads=args.threads)
+    except train.TrainingInterrupted as stop:
+        again = " ".join(a for a in args.argv if a != "--resume") + " --resume"
+        if main_rank:
+            print(f"\n{stop}" + (f"; resume with: python -m seqlab {again}" if stop.checkpoint else ""),
+                  file=sys.stderr)
+        return 130
     final = history.final or {}
     print("final " + " ".join(f"{k}={v:.4f}" for k, v in final.items() if isinstance(v, float)))
+    if args.history and main_rank:
+        write_history(history, args.history)
     if args.json:
         print(json.dumps({"final": final, "steps": history.steps}))
+    return 0
+
+
+def write_history(history, path: str) -> None:
+    """``{"train": [{"step", "loss"}, ...], "eval": [every evaluation record]}`` as JSON."""
+    train_rows = [{"step": r["step"], "loss": r["loss"]} for r in history.records if r["split"] == "train"]
+    evals = [r for r in history.records if r["split"] != "train"]
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"train": train_rows, "eval": evals}, f, indent=1, default=_jsonable)
+
+
+def cmd_evaluate(args) -> int:
+    from seqlab import tasks, train
+
+    model = train.load_model(args.checkpoint, device=args.device)
+    run = model.run
+    task = tasks.get(run["task"], **(run.get("task_config") or {}))
+    metrics = train.evaluate(model, task, args.split, batch_size=args.batch_size)
+    print(f"{run['model']} on {run['task']} ({args.split}): "
+          + " ".join(f"{k}={v:.4f}" for k, v in metrics.items() if isinstance(v, float)))
+    if args.json:
+        print(json.dumps(metrics, default=_jsonable))
+    return 0
+
+
+def _described(name: str):
+    """``(kind, function)`` for a model, task or experiment name; a clear error with a suggestion otherwise."""
+    from seqlab import experiments, models, tasks
+    from seqlab.models import registry
+
+    if name in models.names():
+        return "model", registry._BUILDERS[name]
+    if name in tasks.NAMES:
+        return "task", getattr(tasks, name)
+    if name in experiments.names():
+        return "experiment", experiments._EXPERIMENTS[name]
+    known = models.names() + list(tasks.NAMES) + experiments.names()
+    near = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    raise ValueError(f"describe: no model, task or experiment is named {name!r}{hint} "
+                     "(python -m seqlab list shows them)")
+
+
+def _param_line(doc: str, param: str) -> str:
+    """The first docstring line that names ``param`` (``param``, ``param:`` or ``param=``), trimmed."""
+    for line in doc.splitlines():
+        text = line.strip().lstrip("-* ")
+        if f"``{param}``" in text or text.startswith((f"{param}:", f"{param} ", f"{param}=")):
+            return text if len(text) <= 110 else text[:107] + "..."
+    return ""
+
+
+def cmd_describe(args) -> int:
+    kind, fn = _described(args.name)
+    doc = inspect.getdoc(fn) or ""
+    print(f"{kind} {args.name}: {doc.splitlines()[0] if doc else ''}")
+    skip = {"vocab_size", "num_classes", "seq_len"} if kind == "model" else set()
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name in skip:
+            continue
+        default = "required" if p.default is p.empty else f"default {p.default!r}"
+        print(f"  {p.name:<18} {default:<24} {_param_line(doc, p.name)}".rstrip())
+    if kind == "model":
+        print("  (vocab_size, num_classes and seq_len come from the task)")
     return 0
 
 
@@ -107,15 +200,31 @@ def make_parser() -> argparse.ArgumentParser:
     t.add_argument("--eval-every", type=int, default=None)
     t.add_argument("--threads", type=int, default=None, help="CPU intra-op threads (1 is fastest for small models "
                    "on a busy machine)")
-    t.add_argument("--checkpoint", default=None, help="file to save the run to (and resume from)")
+    t.add_argument("--checkpoint", default=None, help="file to save the run to (and resume from); also written "
+                   "on Ctrl-C")
     t.add_argument("--checkpoint-every", type=int, default=None)
-    t.add_argument("--resume", action="store_true", help="continue from --checkpoint if it exists")
+    t.add_argument("--resume", action="store_true", help="continue from --checkpoint if it exists (a larger "
+                   "--steps extends the run, on the schedule of the new total)")
     t.add_argument("--config", nargs="*", metavar="KEY=VALUE", help="model config, e.g. d_model=64 n_layers=2 n_heads=4 (python -m seqlab list shows the models)")
     t.add_argument("--task-config", nargs="*", metavar="KEY=VALUE", help="task arguments, e.g. max_len=16")
     t.add_argument("--print-every", type=int, default=None)
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--json", action="store_true", help="also print the final metrics as one JSON line")
+    t.add_argument("--history", default=None, metavar="PATH.json",
+                   help="write the per-step training losses and every evaluation there")
     t.set_defaults(func=cmd_train)
+
+    v = sub.add_parser("evaluate", help="evaluate a checkpoint's model on its task (rebuilt from the checkpoint)")
+    v.add_argument("checkpoint")
+    v.add_argument("--split", default="test")
+    v.add_argument("--batch-size", type=int, default=256)
+    v.add_argument("--device", default="auto")
+    v.add_argument("--json", action="store_true", help="also print the metrics as one JSON line")
+    v.set_defaults(func=cmd_evaluate)
+
+    d = sub.add_parser("describe", help="a model's, task's or experiment's parameters, defaults and meaning")
+    d.add_argument("name")
+    d.set_defaults(func=cmd_describe)
 
     e = sub.add_parser("experiment", help="run a registered experiment (seqlab.experiments.run)")
     e.add_argument("name")
@@ -126,6 +235,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)     # for the resume line after a Ctrl-C
     try:
         return args.func(args)
     except (ValueError, TypeError) as err:

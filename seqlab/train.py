@@ -40,16 +40,27 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from seqlab import config
+from seqlab import config, distributed
 from seqlab.config import model_device
 from seqlab.tasks.base import IGNORE, Task
 
-__all__ = ["fit", "evaluate", "History", "StopTraining", "check_compatible", "lr_at", "batch_indices",
-           "save_checkpoint", "load_checkpoint", "CheckpointError", "model_device", "PrintCallback"]
+__all__ = ["fit", "evaluate", "History", "StopTraining", "TrainingInterrupted", "check_compatible", "lr_at",
+           "batch_indices", "save_checkpoint", "load_checkpoint", "load_model", "CheckpointError", "model_device",
+           "PrintCallback"]
 
 
 class StopTraining(Exception):
     """Raise from a callback to end ``fit`` after the current step."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during ``fit``: ``step`` optimizer steps were done and, with a checkpoint, saved to ``checkpoint``
+    (``None`` without one). Still a ``KeyboardInterrupt``: whatever stops on Ctrl-C stops on it."""
+
+    def __init__(self, step: int, checkpoint: str | None):
+        self.step, self.checkpoint = step, checkpoint
+        saved = f", saved to {checkpoint}" if checkpoint else " (no checkpoint was asked for: nothing saved)"
+        super().__init__(f"stopped at step {step}{saved}")
 
 
 # ----------------------------------------------------------------------------- history
@@ -361,9 +372,12 @@ def fit(model: nn.Module, task: Task, *, steps: int, batch_size: int, lr: float,
     the torch RNG (dropout). Every ``eval_every`` steps, and once at the end (``final_eval``),
     ``evaluate`` runs on ``eval_split``; the last one is ``history.final``.
 
-    ``checkpoint=path`` writes the run's state there every ``checkpoint_every`` steps and at the
-    end (atomically). With ``resume=True`` and an existing file, training continues from it: the
-    result is bit-for-bit the run that was never interrupted (on CPU).
+    ``checkpoint=path`` writes the run's state there every ``checkpoint_every`` steps, at the end and on
+    Ctrl-C (atomically; Ctrl-C then raises :class:`TrainingInterrupted`, a ``KeyboardInterrupt``, saying
+    the step). With ``resume=True`` and an existing file, training continues from it: the result is
+    bit-for-bit the run that was never interrupted (on CPU; after a Ctrl-C inside a step with dropout,
+    the same run but for that step's dropout draws). A larger ``steps`` extends a finished or saved
+    run on the schedule of the new total (see :func:`_restore`).
 
     ``threads``: intra-op CPU threads during this fit (restored afterwards); ``None`` leaves torch's
     setting. Small models on a busy shared CPU train many times faster with ``threads=1``.
@@ -403,11 +417,16 @@ def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_
     warmup = min(100, steps // 10) if warmup is None else warmup
     callbacks = (callbacks,) if callable(callbacks) else tuple(callbacks)
     dev = config.device(device)
+    rank, world = 0, 1
+    if distributed.launched():          # under torchrun: data-parallel (seqlab.distributed)
+        rank, world, dev = distributed.setup(dev)
+        callbacks = callbacks if rank == 0 else ()
+        progress = progress and rank == 0
     model.to(dev)
     run = {"steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed, "weight_decay": weight_decay,
            "warmup": warmup, "clip": clip, "final_lr_ratio": final_lr_ratio, "betas": tuple(betas),
-           "model": _model_name(model),
-           "task": task.name}
+           "model": _model_name(model), "model_config": getattr(model, "model_config", None),
+           "task": task.name, "task_config": getattr(task, "task_config", None)}
     optimizer = torch.optim.AdamW(_param_groups(model, weight_decay), lr=lr, betas=tuple(betas))
     history = History(config=run)
     start = 0
@@ -420,8 +439,12 @@ def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_
     model.train()
     _call_hook(callbacks, "on_fit_start", model, task)
 
+    net = model
+    if world > 1:
+        net = nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
+
     def snapshot(step: int) -> None:
-        if checkpoint is not None:
+        if checkpoint is not None and rank == 0:
             save_checkpoint(checkpoint, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                          "step": step, "run": run, "records": history.records, "rng": _rng_state()})
 
@@ -434,26 +457,37 @@ def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_
 
     bar = tqdm(total=steps, initial=start, disable=not progress, desc=desc or f"{run['model']} on {task.name}",
                dynamic_ncols=True, leave=True)
-    step, t0 = start, time.perf_counter()
+    step, t0, done = start, time.perf_counter(), start
     try:
         for step in range(start, steps):
             t_step = time.perf_counter()
             lr_now = lr_at(step, lr=lr, steps=steps, warmup=warmup, final_lr_ratio=final_lr_ratio)
             for group in optimizer.param_groups:
                 group["lr"] = lr_now
-            batch = _batch_to(task.batch_at("train", batch_indices(n_train, batch_size, seed, step)), dev)
+            index = batch_indices(n_train, batch_size, seed, step)
+            if world > 1:
+                index = distributed.shard(index, rank, world)
+            batch = _batch_to(task.batch_at("train", index), dev)
             with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=use_amp):
-                logits = model(batch["input_ids"])
+                logits = net(batch["input_ids"])
             loss = task.loss(logits, batch)
+            s, c = task.metrics(logits.detach(), batch)["accuracy"]
+            objective = loss
+            if world > 1:   # the global batch's mean loss: this rank's sum over the global count (module doc)
+                n = task.scored(batch)
+                local_sum = loss * n if n else logits.sum() * 0.0
+                total_sum, total_n, s, c = distributed.all_sum([float(local_sum.detach()), n, s, c], dev)
+                objective = local_sum * (world / max(total_n, 1.0))
+                loss = torch.tensor(total_sum / max(total_n, 1.0))
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"fit: the training loss became {float(loss)} at step {step + 1} "
                                          f"(lr {lr_now:.3g}); lower lr or check the model's numerics")
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            objective.backward()
             if clip is not None:
                 nn.utils.clip_grad_norm_(model.parameters(), clip)
             optimizer.step()
-            s, c = task.metrics(logits.detach(), batch)["accuracy"]
+            done = step + 1
             elapsed = time.perf_counter() - t_step
             record = {"step": step + 1, "split": "train", "loss": float(loss.detach()), "accuracy": s / max(1, c),
                       "lr": lr_now, "tokens_per_s": batch["input_ids"].numel() / max(elapsed, 1e-9),
@@ -480,6 +514,12 @@ def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_
                     emit({"step": steps, "split": eval_split, **history.final})
             if checkpoint is not None:
                 snapshot(steps)
+    except KeyboardInterrupt as stop:
+        if isinstance(stop, TrainingInterrupted):
+            raise
+        if checkpoint is not None:   # the steps done so far; the batches are a function of (seed, step)
+            snapshot(done)
+        raise TrainingInterrupted(done, None if checkpoint is None else os.fspath(checkpoint)) from None
     finally:
         bar.close()
     _call_hook(callbacks, "on_fit_end", history)
@@ -502,15 +542,50 @@ def _check_fit_args(**kw) -> None:
 
 
 def _restore(path, model: nn.Module, optimizer: torch.optim.Optimizer, history: History, run: dict) -> int:
+    """Load a checkpoint into ``model``, ``optimizer`` and ``history``; return the step it was saved at.
+
+    The run must be the same one (every setting of :data:`_RUN_KEYS`, the model, its config and the task);
+    only ``steps`` may grow: the run then continues on the schedule of the new total (warm-up and cosine
+    decay computed for it, so the learning rate after the resume differs from the shorter run's)."""
     state = load_checkpoint(path)
     saved = state["run"]
-    diff = [f"{k}: checkpoint {saved.get(k)!r}, now {run.get(k)!r}" for k in _RUN_KEYS + ("model", "task")
-            if saved.get(k) != run.get(k)]
+    step = int(state["step"])
+    extended = run["steps"] != saved.get("steps")
+    if extended and run["steps"] < step:
+        raise ValueError(f"steps: the checkpoint {os.fspath(path)!r} is at step {step}; steps={run['steps']} "
+                         f"would end before it (steps may only grow on resume)")
+    keys = [k for k in _RUN_KEYS if not (extended and k in ("steps", "warmup"))] + ["model", "task"]
+    diff = [f"{k}: checkpoint {saved.get(k)!r}, now {run.get(k)!r}" for k in keys if saved.get(k) != run.get(k)]
     if diff:
         raise ValueError(f"resume: the checkpoint {os.fspath(path)!r} belongs to a different run; "
                          f"differences: {'; '.join(diff)}")
-    model.load_state_dict(state["model"])
+    mine, theirs = run.get("model_config") or {}, saved.get("model_config") or {}
+    if mine and theirs and mine != theirs:
+        keys = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        raise ValueError(f"resume: the checkpoint {os.fspath(path)!r} holds another {run['model']} config; "
+                         + "; ".join(f"{k}: checkpoint {theirs.get(k)!r}, now {mine.get(k)!r}" for k in keys))
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as err:   # a config that the checkpoint does not name (an older checkpoint)
+        raise ValueError(f"resume: the checkpoint {os.fspath(path)!r} does not fit this model (another config?): "
+                         f"{str(err).splitlines()[0]}") from None
     optimizer.load_state_dict(state["optimizer"])
     history.records.extend(state["records"])
     _set_rng_state(state["rng"])
-    return int(state["step"])
+    return step
+
+
+def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> nn.Module:
+    """The trained model a checkpoint holds, rebuilt from its registry name and config, in eval mode
+    (``seqlab.load``). Its run (``model.run``: settings, task name and config) comes with it."""
+    from seqlab import models
+
+    state = load_checkpoint(path)
+    run = state["run"]
+    if not run.get("model_config"):
+        raise CheckpointError(f"{os.fspath(path)!r} was saved before checkpoints carried the model's config; "
+                              f"rebuild it with seqlab.models.build({run.get('model')!r}, ...) and load_state_dict")
+    model = models.build(run["model"], **run["model_config"])
+    model.load_state_dict(state["model"])
+    model.run = run
+    return model.to(config.device(device)).eval()

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import check
+from helpers import check
 from seqlab import models
 from seqlab.layers.attention import LinearTransformerBlock, TransformerBlock, elu_feature_map, linear_attention
 

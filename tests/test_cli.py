@@ -88,3 +88,76 @@ def test_cli_experiment_dispatches_to_the_registry(monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out) == {"scale": 0.5, "label": "demo", "table": [{"a": 1}]}
     assert main(["experiment", "no-such-experiment"]) == 2
     assert "unknown experiment 'no-such-experiment'" in capsys.readouterr().err
+
+
+def _train(ckpt, *extra, steps=6, model="transformer"):
+    return ["train", "--model", model, "--task", "copying", "--steps", str(steps), "--batch-size", "8", "--lr", "1e-2",
+            "--no-progress", "--threads", "1", "--checkpoint", str(ckpt), *extra, *TINY]
+
+
+def test_ctrl_c_saves_the_run_and_resume_continues_it(tmp_path, capsys, monkeypatch):
+    from seqlab import train
+
+    whole, cut = tmp_path / "whole.json", tmp_path / "cut.json"
+    assert main(_train(tmp_path / "a.pt", "--history", str(whole))) == 0
+    real_lr_at = train.lr_at
+
+    def ctrl_c_at_step_3(step, **kw):
+        if step == 3:
+            raise KeyboardInterrupt
+        return real_lr_at(step, **kw)
+
+    monkeypatch.setattr(train, "lr_at", ctrl_c_at_step_3)
+    capsys.readouterr()
+    assert main(_train(tmp_path / "b.pt")) == 130
+    err = capsys.readouterr().err
+    assert f"stopped at step 3, saved to {tmp_path / 'b.pt'}; resume with: python -m seqlab train" in err
+    assert err.rstrip().endswith("--resume")
+    monkeypatch.setattr(train, "lr_at", real_lr_at)
+    assert main(_train(tmp_path / "b.pt", "--resume", "--history", str(cut))) == 0
+    assert f"resuming from step 3 of {tmp_path / 'b.pt'} (to step 6)" in capsys.readouterr().out
+    assert json.loads(cut.read_text())["train"] == json.loads(whole.read_text())["train"]   # the same run
+    assert len(json.loads(whole.read_text())["train"]) == 6 and json.loads(whole.read_text())["eval"]
+
+
+def test_resume_says_when_it_starts_fresh_and_refuses_another_config(tmp_path, capsys):
+    assert main(_train(tmp_path / "c.pt", "--resume", steps=2)) == 0
+    assert f"no checkpoint at {tmp_path / 'c.pt'}: starting fresh" in capsys.readouterr().out
+    other = [a.replace("d_model=16", "d_model=32") for a in _train(tmp_path / "c.pt", "--resume", steps=2)]
+    assert main(other) == 2
+    err = capsys.readouterr().err
+    assert "holds another transformer config" in err and "d_model: checkpoint 16, now 32" in err
+
+
+def test_more_steps_extend_a_finished_run_fewer_are_refused(tmp_path, capsys):
+    ckpt, hist = tmp_path / "d.pt", tmp_path / "d.json"
+    assert main(_train(ckpt, steps=4)) == 0
+    assert main(_train(ckpt, "--resume", "--history", str(hist), steps=7)) == 0
+    assert "resuming from step 4" in capsys.readouterr().out
+    assert [r["step"] for r in json.loads(hist.read_text())["train"]] == list(range(1, 8))
+    assert main(_train(ckpt, "--resume", steps=5)) == 2
+    assert "steps may only grow" in capsys.readouterr().err
+
+
+def test_describe_lists_parameters_and_suggests_names(capsys):
+    assert main(["describe", "copying"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("task copying:") and re.search(r"max_len\s+default 8", out)
+    assert main(["describe", "gateloop"]) == 0
+    assert re.search(r"d_model\s+default", capsys.readouterr().out)
+    assert main(["describe", "copyng"]) == 2
+    assert "did you mean 'copying'" in capsys.readouterr().err
+
+
+def test_a_checkpoint_rebuilds_its_model_and_evaluates(tmp_path, capsys):
+    import seqlab
+
+    ckpt = tmp_path / "e.pt"
+    assert main(_train(ckpt, "--json", steps=3)) == 0
+    final = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["final"]
+    model = seqlab.load(ckpt)
+    assert model.model_name == "transformer" and not model.training
+    assert model.model_config["d_model"] == 16 and model.run["task_config"]["max_len"] == 4
+    assert main(["evaluate", str(ckpt), "--json", "--device", "cpu"]) == 0
+    metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert metrics["loss"] == pytest.approx(final["loss"], rel=1e-6)      # the same model on the same task

@@ -3,7 +3,7 @@ against float64 loops written as the paper writes them."""
 import pytest
 import torch
 
-from conftest import check
+from helpers import check
 from seqlab.ops import decay_attention, decay_attention_reference, decay_coefficients, linear_scan_reference
 
 TORCH_MODES = ("recurrent", "parallel", "chunked")

@@ -4,7 +4,7 @@ run by GateLoop's chunked kernels (their compilation: test_triton_spills.py)."""
 import pytest
 import torch
 
-from conftest import check
+from helpers import check
 from seqlab.kernels import HAVE_TRITON
 
 pytestmark = pytest.mark.skipif(not HAVE_TRITON, reason="Triton ships for Linux only")

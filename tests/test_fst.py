@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from conftest import check
+from helpers import check
 from seqlab.layers.lrnn import FSTBlock, LRNNBlock
 from seqlab.models import build, count_parameters
 

@@ -3,7 +3,7 @@ import math
 
 import pytest
 import torch
-from conftest import check
+from helpers import check
 
 from seqlab.ops.gateloop import gateloop, gateloop_attention_matrix, gateloop_softmax
 

@@ -1,7 +1,7 @@
 """GateLoop block and model (paper 004 Appendix C): shapes, causality, the fixed-transition ablation."""
 import pytest
 import torch
-from conftest import check
+from helpers import check
 
 import seqlab.models as models
 from seqlab.layers.gateloop import GateLoopBlock, GateLoopTimeMixing

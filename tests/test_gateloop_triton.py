@@ -3,7 +3,7 @@ key / value tiles and on the small heads' elementwise path (their compilation fo
 register use: test_triton_spills.py). Shapes are small: the interpreter runs one program at a time."""
 import pytest
 import torch
-from conftest import check
+from helpers import check
 
 from seqlab.ops.gateloop import gateloop
 from test_gateloop import make_inputs, reference, to64

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from conftest import check
+from helpers import check
 from seqlab.layers import LightNetAttention
 from seqlab.models import build
 from seqlab.ops import decay_attention, md_lrpe_phases

@@ -3,7 +3,7 @@ import math
 
 import pytest
 import torch
-from conftest import check
+from helpers import check
 
 from seqlab.ops import linear_scan, lru_gamma, lru_gamma_from_nu, lru_lambda, lru_nu_theta, lru_ring_init
 

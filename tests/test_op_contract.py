@@ -5,7 +5,7 @@ import re
 
 import pytest
 import torch
-from conftest import check
+from helpers import check
 
 from seqlab.kernels import HAVE_TRITON
 from seqlab.ops import (DECAY_MODES, GATELOOP_MODES, RELATION_MODES, SCAN_MODES, decay_attention, gateloop,

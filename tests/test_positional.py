@@ -4,7 +4,7 @@ import itertools
 import pytest
 import torch
 
-from conftest import check
+from helpers import check
 from seqlab.ops import grid_coordinates, md_lrpe, md_tpe, md_tpe_reference
 
 GRIDS = [(1,), (7,), (64,), (4, 4), (3, 5), (1, 6), (2, 3, 4)]

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from conftest import check
+from helpers import check
 from seqlab import experiments, readout, models
 from seqlab.experiments import relation as R
 from seqlab.viz import relation as rviz

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from conftest import check
+from helpers import check
 from seqlab import models
 from seqlab.layers.relation import BiRNBlock, CausalRNBlock, RelationBlock
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import check
+from helpers import check
 import sys
 
 import seqlab.ops  # noqa: F401  (the package re-exports the function `relation`, so fetch the module itself)

@@ -5,7 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from conftest import check
+from helpers import check
 from seqlab.kernels import HAVE_TRITON
 from seqlab.ops.relation import relation, relation_reference
 

@@ -3,7 +3,7 @@ import math
 
 import pytest
 import torch
-from conftest import check
+from helpers import check
 
 from seqlab.ops import SCAN_MODES, linear_scan, linear_scan_reference, scan_auto_mode
 from seqlab.ops.scan import scan_chunk_size

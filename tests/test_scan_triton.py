@@ -1,7 +1,7 @@
 """``linear_scan(mode="triton")`` in Triton's CPU interpreter (small shapes), and AOT compilation for sm_80/sm_90."""
 import pytest
 import torch
-from conftest import check
+from helpers import check
 
 from seqlab.kernels import HAVE_TRITON
 from seqlab.ops import linear_scan, linear_scan_reference

@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 import pytest
 import torch
 import torch.nn as nn
-from conftest import check
+from helpers import check
 
 from seqlab import viz
 from seqlab.viz.style import TEMPLATE_NAME

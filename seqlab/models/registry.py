@@ -87,4 +87,6 @@ def build(name: str, *, vocab_size: int, num_classes: int | None = None, seq_len
         raise ValueError(f"seq_len: expected None or a positive int, got {seq_len!r}")
     model = _BUILDERS[name](vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len, **config)
     model.model_name = name
+    # what rebuilds it: checkpoints carry this, and a resume with another config is refused by name
+    model.model_config = {"vocab_size": vocab_size, "num_classes": num_classes, "seq_len": seq_len, **config}
     return model

@@ -15,5 +15,11 @@ NAMES = ("copying", "digits", "listops", "text", "memory_horizon")
 def get(name: str, **kwargs) -> Task:
     """A task by name (for the command line)."""
     if name not in NAMES:
-        raise ValueError(f"task: unknown task {name!r}; expected one of {NAMES}")
-    return globals()[name](**kwargs)
+        import difflib
+
+        near = difflib.get_close_matches(str(name), NAMES, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise ValueError(f"task: unknown task {name!r}{hint} (expected one of {NAMES})")
+    task = globals()[name](**kwargs)
+    task.task_config = dict(kwargs)     # what rebuilds it: checkpoints carry this
+    return task

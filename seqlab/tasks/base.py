@@ -64,6 +64,12 @@ class Task:
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE)
         return F.cross_entropy(logits.float(), labels)
 
+    def scored(self, batch: dict) -> int:
+        """How many targets ``loss`` averages over in ``batch``: the labelled tokens of a language model, the
+        examples of a classifier."""
+        labels = batch["labels"]
+        return int((labels != IGNORE).sum()) if self.is_language_model else int(labels.shape[0])
+
     def metrics(self, logits: torch.Tensor, batch: dict) -> dict[str, tuple[float, int]]:
         """Sums and counts, so that metrics over many batches aggregate exactly."""
         labels = batch["labels"].to(logits.device)

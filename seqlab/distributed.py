@@ -1,0 +1,61 @@
+"""Data-parallel training on ``torch.distributed``, as ``torchrun`` launches it: what :func:`seqlab.train.fit`
+does when ``WORLD_SIZE`` > 1 (``torchrun --nproc_per_node=N -m seqlab train ...``; several machines through
+torchrun's rendezvous).
+
+- Backend: ``nccl`` on CUDA (each process on ``cuda:LOCAL_RANK``), ``gloo`` on CPU. The process group is
+  initialised from torchrun's environment (``init_process_group``), and the model wrapped in
+  ``DistributedDataParallel``: nothing here replaces what ``torch.distributed`` provides.
+- The batch: ``batch_size`` is the global batch. Every rank draws the same step's indices (a pure function of
+  ``(seed, step)``) and takes its contiguous part (``tensor_split``), so the ranks together see exactly the
+  batch one process sees.
+- The gradient is that of the same global loss, the mean over every scored token of the global batch: each
+  rank's loss sum is divided by the global count of scored tokens and multiplied by the world size, which
+  ``DistributedDataParallel``'s gradient mean divides out again. Uneven label masks across ranks therefore
+  change nothing.
+- Rank 0 alone prints, draws progress, writes checkpoints and histories.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+__all__ = ["launched", "setup", "shard", "all_sum", "is_main"]
+
+
+def launched() -> bool:
+    """True in a process that torchrun started as one of several (``WORLD_SIZE`` > 1)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def setup(device: torch.device) -> tuple[int, int, torch.device]:
+    """Join the process group torchrun describes; return ``(rank, world_size, device)``."""
+    import torch.distributed as dist
+
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return dist.get_rank(), dist.get_world_size(), device
+
+
+def is_main() -> bool:
+    """Rank 0, or a process outside any process group."""
+    import torch.distributed as dist
+
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
+def shard(index: torch.Tensor, rank: int, world: int) -> torch.Tensor:
+    """This rank's contiguous part of one global batch's indices."""
+    return index.tensor_split(world)[rank]
+
+
+def all_sum(values: list[float], device: torch.device) -> list[float]:
+    """Sums over the ranks, in float64."""
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return t.tolist()

@@ -1,0 +1,13 @@
+"""Helpers the tests share (imported as ``from helpers import check``: a module named ``conftest`` would clash
+with ``notebooks/conftest.py`` when pytest collects both folders)."""
+import torch
+
+
+def check(out: torch.Tensor, ref: torch.Tensor, tol: float, what: str = "") -> None:
+    """The one comparison helper: finite, same shape, relative error ``|out-ref|/|ref|`` under ``tol``."""
+    from seqlab.ops import relative_error
+
+    assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
+    assert torch.isfinite(torch.view_as_real(out) if out.is_complex() else out).all(), f"{what}: non-finite output"
+    err = relative_error(out, ref)
+    assert err < tol, f"{what}: relative error {err:.3e} >= {tol:.0e}"
