@@ -6,6 +6,7 @@
     python workbench.py test    # every test, the lessons included (what CI runs)
     python workbench.py execute notebooks/02_linear_recurrence.ipynb   # re-run a lesson, save its outputs
     python workbench.py book    # the lessons as a static site in build/book/ (open build/book/index.html)
+    python workbench.py gpu-check   # on a CUDA machine: the Triton kernels and the lessons on the GPU
 
 Both create or reuse one local virtual environment, ``.venv`` beside this file, and install into it
 ``torch==2.13.0`` (the pin: a CPU wheel on a machine without CUDA, the usual CUDA build on a CUDA
@@ -282,8 +283,28 @@ def book(args: list[str]) -> int:
     return subprocess.call([str(py), "-m", "seqlab.book", *args], cwd=ROOT)
 
 
+def gpu_check(args: list[str]) -> int:
+    """On a CUDA machine: the CUDA-marked tests (every Triton kernel forward and backward against the float64
+    references at larger sizes, bfloat16 included; every lesson run to its end on the GPU), one report.
+    Elsewhere it says so and exits 0."""
+    py = ensure_environment()
+    probe = subprocess.run([str(py), "-c", "import torch; print(torch.cuda.get_device_name() "
+                            "if torch.cuda.is_available() else '')"], capture_output=True, text=True, cwd=ROOT)
+    name = probe.stdout.strip()
+    if not name:
+        print("gpu-check: no CUDA GPU here (torch.cuda.is_available() is False). It checks the Triton kernels "
+              "and the lessons on an NVIDIA GPU; nothing to check on this machine.")
+        return 0
+    env = {k: v for k, v in test_environment().items() if k not in ("TRITON_INTERPRET", "SEQLAB_NO_TRITON")}
+    print(f"gpu-check on {name}", flush=True)
+    code = subprocess.call([str(py), "-m", "pytest", "-m", "cuda", "-p", "no:cacheprovider", "-rA", "tests", *args],
+                           cwd=ROOT, env=env)
+    print(f"gpu-check on {name}: the CUDA tests {'passed' if code == 0 else 'FAILED'}")
+    return code
+
+
 def main(argv: list[str]) -> int:
-    commands = {"lab": lab, "test": test, "execute": execute, "book": book}
+    commands = {"lab": lab, "test": test, "execute": execute, "book": book, "gpu-check": gpu_check}
     if not argv or argv[0] not in commands:
         print(__doc__)
         return 2

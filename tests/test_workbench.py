@@ -80,3 +80,15 @@ def test_an_intel_mac_is_told_why_not(wb, monkeypatch):
     monkeypatch.setattr(platform, "machine", lambda: "x86_64")
     with pytest.raises(SystemExit, match="no build for Intel Macs"):
         wb.check_platform()
+
+
+def test_gpu_check_without_cuda_says_so_and_exits_0(wb, monkeypatch, capsys):
+    import sys
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: gpu-check would run the CUDA tests")
+    monkeypatch.setattr(wb, "ensure_environment", lambda dev=True: Path(sys.executable))
+    assert wb.gpu_check([]) == 0
+    assert "no CUDA GPU here" in capsys.readouterr().out
