@@ -12,6 +12,8 @@ torchrun's rendezvous).
   rank's loss sum is divided by the global count of scored tokens and multiplied by the world size, which
   ``DistributedDataParallel``'s gradient mean divides out again. Uneven label masks across ranks therefore
   change nothing.
+- Evaluation is sharded: rank r takes every world-th batch of the split, and the sums and counts are
+  reduced (a split of fewer batches than ranks is evaluated whole on every rank).
 - Rank 0 alone prints, draws progress, writes checkpoints and histories.
 """
 from __future__ import annotations
@@ -20,7 +22,7 @@ import os
 
 import torch
 
-__all__ = ["launched", "setup", "shard", "all_sum", "is_main"]
+__all__ = ["launched", "setup", "shard", "all_sum", "is_main", "rank_world"]
 
 
 def launched() -> bool:
@@ -38,6 +40,15 @@ def setup(device: torch.device) -> tuple[int, int, torch.device]:
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     return dist.get_rank(), dist.get_world_size(), device
+
+
+def rank_world() -> tuple[int, int]:
+    """``(rank, world_size)`` of this process: ``(0, 1)`` outside a process group."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
 
 def is_main() -> bool:

@@ -42,7 +42,7 @@ import torch.nn as nn
 
 from seqlab import config, distributed
 from seqlab.config import model_device
-from seqlab.tasks.base import IGNORE, Task
+from seqlab.tasks.base import Task
 
 __all__ = ["fit", "evaluate", "History", "StopTraining", "TrainingInterrupted", "check_compatible", "lr_at",
            "batch_indices", "save_checkpoint", "load_checkpoint", "load_model", "CheckpointError", "model_device",
@@ -296,12 +296,6 @@ def _batch_to(batch: dict, device: torch.device) -> dict:
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
-def _count(task: Task, batch: dict) -> int:
-    """How many scored items the task's mean loss averages over in this batch."""
-    labels = batch["labels"]
-    return int((labels != IGNORE).sum()) if task.is_language_model else int(labels.shape[0])
-
-
 @torch.no_grad()
 def evaluate(model: nn.Module, task: Task, split: str = "test", batch_size: int = 256) -> dict:
     """Metrics of ``model`` over a whole split: always ``"loss"`` and ``"accuracy"``, plus every
@@ -311,13 +305,18 @@ def evaluate(model: nn.Module, task: Task, split: str = "test", batch_size: int 
     device = model_device(model)
     was_training = model.training
     model.eval()
+    rank, world = distributed.rank_world()
+    if -(-task.size(split) // batch_size) < world:
+        rank, world = 0, 1          # fewer batches than ranks: every rank evaluates the whole split
     try:
         loss_sum, loss_count = 0.0, 0
         sums: dict[str, list] = {}
-        for batch in task.batches(split, batch_size):
+        for i, batch in enumerate(task.batches(split, batch_size)):
+            if i % world != rank:   # under torchrun: every world-th batch (seqlab.distributed)
+                continue
             batch = _batch_to(batch, device)
             logits = model(batch["input_ids"])
-            count = _count(task, batch)
+            count = task.scored(batch)
             if count:
                 loss_sum += float(task.loss(logits, batch)) * count
                 loss_count += count
@@ -325,6 +324,11 @@ def evaluate(model: nn.Module, task: Task, split: str = "test", batch_size: int 
                 acc = sums.setdefault(key, [0.0, 0])
                 acc[0] += s
                 acc[1] += c
+        if world > 1:
+            keys = sorted(sums)
+            total = distributed.all_sum([loss_sum, loss_count] + [x for k in keys for x in sums[k]], device)
+            loss_sum, loss_count = total[0], total[1]
+            sums = {k: total[2 + 2 * i: 4 + 2 * i] for i, k in enumerate(keys)}
         out = {"loss": loss_sum / max(1, loss_count)}
         out.update({k: s / max(1, c) for k, (s, c) in sums.items()})
         extra = getattr(task, "extra_metrics", None)

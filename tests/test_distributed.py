@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 
-TASK = ["--task-config", "min_len=2", "max_len=4", "train_size=64", "test_size=16", "autoregressive_n=4"]
+# test_size 600: three evaluation batches of 256, so that the evaluation is sharded over the two ranks
+TASK = ["--task-config", "min_len=2", "max_len=4", "train_size=64", "test_size=600", "autoregressive_n=4"]
 ARGS = ["train", "--model", "transformer", "--task", "copying", "--batch-size", "8", "--lr", "1e-2",
         "--no-progress", "--threads", "1", "--config", "d_model=16", "n_layers=1", "n_heads=2", *TASK]
 
@@ -31,7 +32,7 @@ def test_the_ranks_split_an_uneven_batch():
     from seqlab import distributed, tasks
     from seqlab.train import batch_indices
 
-    task = tasks.copying(min_len=2, max_len=4, train_size=64, test_size=16, autoregressive_n=4)
+    task = tasks.copying(min_len=2, max_len=4, train_size=64, test_size=600, autoregressive_n=4)
     uneven = 0
     for step in range(5):                                # the steps the run below trains
         index = batch_indices(task.size("train"), 8, 0, step)
@@ -49,6 +50,10 @@ def test_torchrun_two_processes_train_the_same_run_as_one_and_resume(tmp_path):
     a, b = _losses(one), _losses(two)
     assert len(a) == len(b) == 5
     assert max(abs(x - y) / abs(x) for x, y in zip(a, b)) < 1e-5, (a, b)
+    # the evaluation is sharded over the ranks and reduced: the same numbers
+    (ev1,), (ev2,) = (json.loads(p.read_text())["eval"] for p in (one, two))
+    assert ev1.keys() == ev2.keys() and all(abs(ev1[k] - ev2[k]) <= 1e-6 * max(1.0, abs(ev1[k]))
+                                            for k in ev1 if isinstance(ev1[k], float)), (ev1, ev2)
     # checkpointed under torchrun, extended under torchrun: the same as one process doing the same
     _run(1, "--steps", "3", "--checkpoint", str(tmp_path / "one.pt"))
     _run(1, "--steps", "5", "--checkpoint", str(tmp_path / "one.pt"), "--resume", "--history", str(one))
