@@ -7,6 +7,7 @@
     python -m seqlab experiment NAME [key=value ...]
     python -m seqlab describe NAME         # a model's, task's or experiment's parameters and defaults
     python -m seqlab evaluate PATH         # a checkpoint's model on its task (seqlab.load(PATH) in Python)
+    python -m seqlab generate PATH --prompt "def "   # continue a prompt (--ids 3 5 8 for token ids)
 
 Ctrl-C during ``train --checkpoint PATH`` saves the run there and says how to resume it; resuming with a
 larger ``--steps`` extends the run (on the schedule of the new total).
@@ -133,6 +134,25 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def cmd_generate(args) -> int:
+    import torch
+
+    from seqlab import train
+    from seqlab.sampling import generate
+
+    model = train.load_model(args.checkpoint, device=args.device)
+    task = model.run["task"]
+    kw = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, seed=args.seed)
+    if args.ids is not None:
+        print(" ".join(map(str, generate(model, torch.tensor(args.ids), **kw)[0].tolist())))
+        return 0
+    if task != "text":
+        raise ValueError(f"--prompt: a text prompt needs a model of the character-level text task; this one was "
+                         f"trained on {task!r}: give token ids with --ids instead")
+    print(generate(model, args.prompt, **kw))
+    return 0
+
+
 def _described(name: str):
     """``(kind, function)`` for a model, task or experiment name; a clear error with a suggestion otherwise."""
     from seqlab import experiments, models, tasks
@@ -221,6 +241,18 @@ def make_parser() -> argparse.ArgumentParser:
     v.add_argument("--device", default="auto")
     v.add_argument("--json", action="store_true", help="also print the metrics as one JSON line")
     v.set_defaults(func=cmd_evaluate)
+
+    g = sub.add_parser("generate", help="continue a prompt with a checkpoint's causal language model")
+    g.add_argument("checkpoint")
+    source = g.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt", help="text (a model of the character-level text task)")
+    source.add_argument("--ids", type=int, nargs="+", help="token ids (a model of any other language-model task)")
+    g.add_argument("--max-new-tokens", type=int, default=200)
+    g.add_argument("--temperature", type=float, default=1.0, help="0: greedy decoding")
+    g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--device", default="auto")
+    g.set_defaults(func=cmd_generate)
 
     d = sub.add_parser("describe", help="a model's, task's or experiment's parameters, defaults and meaning")
     d.add_argument("name")

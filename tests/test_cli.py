@@ -161,3 +161,24 @@ def test_a_checkpoint_rebuilds_its_model_and_evaluates(tmp_path, capsys):
     assert main(["evaluate", str(ckpt), "--json", "--device", "cpu"]) == 0
     metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert metrics["loss"] == pytest.approx(final["loss"], rel=1e-6)      # the same model on the same task
+
+
+def test_generate_continues_a_prompt_with_a_checkpoints_model(tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    ckpt = tmp_path / "text.pt"
+    args = ["train", "--model", "transformer", "--task", "text", "--steps", "2", "--batch-size", "4", "--lr", "1e-2",
+            "--no-progress", "--threads", "1", "--checkpoint", str(ckpt), "--config", "d_model=16", "n_layers=1",
+            "n_heads=2", "--task-config", f"files={str(corpus)!r}", "seq_len=16"]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(["generate", str(ckpt), "--prompt", "the ", "--max-new-tokens", "5", "--temperature", "0",
+                 "--device", "cpu"]) == 0
+    out = capsys.readouterr().out.rstrip("\n")
+    assert out.startswith("the ") and len(out) == len("the ") + 5
+    assert main(["generate", str(ckpt), "--ids", "116", "104", "--max-new-tokens", "3", "--device", "cpu"]) == 0
+    assert len(capsys.readouterr().out.split()) == 5
+    copy_ckpt = tmp_path / "copy.pt"
+    assert main(_train(copy_ckpt, steps=1)) == 0
+    assert main(["generate", str(copy_ckpt), "--prompt", "abc", "--device", "cpu"]) == 2
+    assert "give token ids with --ids" in capsys.readouterr().err
