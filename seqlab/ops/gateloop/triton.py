@@ -122,6 +122,15 @@ if triton is not None:
         return tl.load(re_ptr + p, mask=mask, other=0.0), tl.load(im_ptr + p, mask=mask, other=0.0)
 
     @triton.jit
+    def _store_tile(re_ptr, im_ptr, base, rows, L, offs, D, x_re, x_im):
+        """Store a (C, B) tile pair into a (L, D) plane pair from row ``rows[0]`` (rows past L, columns past D
+        left alone): the inverse of :func:`_tile`."""
+        mask = (rows[:, None] < L) & (offs[None, :] < D)
+        p = base + rows[:, None] * D + offs[None, :]
+        tl.store(re_ptr + p, x_re, mask=mask)
+        tl.store(im_ptr + p, x_im, mask=mask)
+
+    @triton.jit
     def _state_tile(re_ptr, im_ptr, base, offs_k, offs_v, DK, DV):
         """A (BK, BV) tile of a (DK, DV) state at ``base``: its offsets within the state, mask and values."""
         p = offs_k[:, None] * DV + offs_v[None, :]
@@ -269,16 +278,13 @@ if triton is not None:
             ur, ui = _cmm(qr * e_re - qi * e_im, qr * e_im + qi * e_re, S_re, S_im, DOT)   # (q . exp(g)) S_in
             yr += ur
             yi += ui
-        mask = (rows[:, None] < L) & (offs_v[None, :] < DV)
-        p = bh * L * DV + rows[:, None] * DV + offs_v[None, :]
-        tl.store(y_re + p, yr, mask=mask)
-        tl.store(y_im + p, yi, mask=mask)
+        _store_tile(y_re, y_im, bh * L * DV, rows, L, offs_v, DV, yr, yi)
 
     @triton.jit
     def chunk_adjoint_kernel(q_re, q_im, la, ph_re, ph_im, g_re, g_im, gS_re, gS_im, dhs_re, dhs_im, dh0_re, dh0_im,
                              L, DK, DV, NT,
-                            C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-                            PHASE: tl.constexpr):
+                             C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
+                             PHASE: tl.constexpr):
         """``dS_out`` of every chunk into ``dhs`` (from ``dL/dS_L``, backwards) and ``dL/dh0``;
         grid (BH, key tiles, value tiles)."""
         bh = tl.program_id(0)
@@ -307,8 +313,8 @@ if triton is not None:
     def chunk_dqk_kernel(q_re, q_im, k_re, k_im, v_re, v_im, la, ph_re, ph_im, g_re, g_im, hs_re, hs_im, dhs_re, dhs_im,
                          dq_re, dq_im, dk_re, dk_im, dl_re, dl_im,
                          L, DK, DV, NT,
-                            C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-                            PHASE: tl.constexpr):
+                         C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
+                         PHASE: tl.constexpr):
         """``dq``, ``dk`` and ``dL/dlog a`` of one chunk and key tile; grid (BH, NT, key tiles)."""
         bh, c = tl.program_id(0), tl.program_id(1)
         offs_c = tl.arange(0, C)
@@ -390,20 +396,15 @@ if triton is not None:
             # path (3): dlog a_j += V_m for j > m
             dlr += tl.where(after, tl.sum(tl.where(here, V_re, 0.0), axis=0)[None, :], 0.0)
             dli += tl.where(after, tl.sum(tl.where(here, V_im, 0.0), axis=0)[None, :], 0.0)
-        mask = (rows[:, None] < L) & (offs_k[None, :] < DK)
-        p = base_k + rows[:, None] * DK + offs_k[None, :]
-        tl.store(dq_re + p, dqr, mask=mask)
-        tl.store(dq_im + p, dqi, mask=mask)
-        tl.store(dk_re + p, dkr, mask=mask)
-        tl.store(dk_im + p, dki, mask=mask)
-        tl.store(dl_re + p, dlr, mask=mask)
-        tl.store(dl_im + p, dli, mask=mask)
+        _store_tile(dq_re, dq_im, base_k, rows, L, offs_k, DK, dqr, dqi)
+        _store_tile(dk_re, dk_im, base_k, rows, L, offs_k, DK, dkr, dki)
+        _store_tile(dl_re, dl_im, base_k, rows, L, offs_k, DK, dlr, dli)
 
     @triton.jit
     def chunk_dv_kernel(k_re, k_im, la, ph_re, ph_im, g_re, g_im, dhs_re, dhs_im, A_re, A_im, dv_re, dv_im,
                         L, DK, DV, NT,
-                            C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-                            PHASE: tl.constexpr):
+                        C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
+                        PHASE: tl.constexpr):
         """``dv`` of one chunk and value tile; grid (BH, NT, value tiles)."""
         bh, c = tl.program_id(0), tl.program_id(1)
         offs_c = tl.arange(0, C)
@@ -424,10 +425,7 @@ if triton is not None:
             ur, ui = _cmm(ke_re, -ke_im, dS_re, dS_im, DOT)                           # conj(k . exp(E)) dS_out
             xr += ur
             xi += ui
-        mask = (rows[:, None] < L) & (offs_v[None, :] < DV)
-        p = bh * L * DV + rows[:, None] * DV + offs_v[None, :]
-        tl.store(dv_re + p, xr, mask=mask)
-        tl.store(dv_im + p, xi, mask=mask)
+        _store_tile(dv_re, dv_im, bh * L * DV, rows, L, offs_v, DV, xr, xi)
 
 
 def gateloop_blocks(dk: int, dv: int) -> tuple[int, int, bool]:
