@@ -74,8 +74,8 @@ def check_platform() -> None:
     """Stop with a clear message where torch 2.13 has no wheel."""
     import platform
 
-    if sys.version_info < (3, 10):
-        sys.exit(f"seqlab needs Python >= 3.10; this is {sys.version.split()[0]}")
+    if sys.version_info < (3, 11):
+        sys.exit(f"seqlab needs Python >= 3.11; this is {sys.version.split()[0]}")
     if platform.system() == "Darwin" and platform.machine() == "x86_64":
         sys.exit("seqlab needs torch 2.13, which has no build for Intel Macs (x86_64). On a Mac, use an Apple "
                  "Silicon one (arm64); or Linux or Windows; or read the lessons without running them: "

@@ -4,13 +4,21 @@
     python -m seqlab train --model transformer --task copying --steps 300 --batch-size 64 --lr 3e-3 \\
         [--seed 0 --device auto --checkpoint runs/copy.pt --resume] \\
         [--config d_model=64 n_layers=2] [--task-config max_len=16]
-    python -m seqlab experiment NAME [key=value ...]
+    python -m seqlab experiment NAME [key=value ...] [--config-file configs/NAME.toml] [--checkpoint-dir DIR]
+    python -m seqlab train --config-file run.toml [--steps 5000 ...]   # options from a TOML file
     python -m seqlab describe NAME         # a model's, task's or experiment's parameters and defaults
     python -m seqlab evaluate PATH         # a checkpoint's model on its task (seqlab.load(PATH) in Python)
     python -m seqlab generate PATH --prompt "def "   # continue a prompt (--ids 3 5 8 for token ids)
 
 Ctrl-C during ``train --checkpoint PATH`` saves the run there and says how to resume it; resuming with a
-larger ``--steps`` extends the run (on the schedule of the new total).
+larger ``--steps`` extends the run (on the schedule of the new total). ``experiment --checkpoint-dir DIR``
+saves each of the experiment's runs in DIR: the same command again resumes where it stopped.
+
+``train --config-file FILE`` reads the options from a TOML file: the long options' names with ``_`` for
+``-`` (``model``, ``task``, ``steps``, ``batch_size``, ``lr``, ...) and the tables ``[config]`` (the model
+config) and ``[task_config]``; options on the command line win. ``experiment NAME --config-file FILE``
+runs the experiment at the sizes of FILE, laid out like the files in ``configs/`` (the full profile).
+Both work under ``torchrun``.
 
 ``key=value`` values are read as Python literals (``3``, ``1e-3``, ``True``, ``"mean"``, ``(4, 4)``)
 and otherwise kept as strings.
@@ -62,17 +70,54 @@ def cmd_list(args) -> int:
     return 0
 
 
+def _main_rank() -> bool:
+    """Whether this process prints and writes: always, except on ranks other than 0 under torchrun (their
+    output is dropped)."""
+    main_rank = int(os.environ.get("RANK", "0")) == 0
+    if not main_rank:
+        sys.stdout = open(os.devnull, "w")
+    return main_rank
+
+
+TRAIN_FILE_TABLES = ("config", "task_config")
+
+
+def read_train_file(path: str, parser: argparse.ArgumentParser) -> dict:
+    """The options of a ``train --config-file`` TOML file, checked against ``parser``'s options."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"--config-file: {path!r} does not exist") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"--config-file: {path!r} is not valid TOML: {err}") from None
+    options = {a.dest for a in parser._actions if a.dest not in ("help", "config_file", *TRAIN_FILE_TABLES)}
+    unknown = sorted(set(data) - options - set(TRAIN_FILE_TABLES))
+    if unknown:
+        hints = [f"{k} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, sorted(options), n=1)) else k
+                 for k in unknown]
+        raise ValueError(f"--config-file: {path!r} has unknown keys {', '.join(hints)}; the options are "
+                         f"{sorted(options)} and the tables [config] and [task_config]")
+    for table in TRAIN_FILE_TABLES:
+        if table in data and not isinstance(data[table], dict):
+            raise ValueError(f"--config-file: {path!r}: {table} must be a table ([{table}]), got {data[table]!r}")
+    return data
+
+
 def cmd_train(args) -> int:
     import torch
     from tqdm.auto import tqdm
 
     from seqlab import config, models, tasks, train
 
-    main_rank = int(os.environ.get("RANK", "0")) == 0     # under torchrun, rank 0 alone prints and writes
-    if not main_rank:
-        sys.stdout = open(os.devnull, "w")
-    task = tasks.get(args.task, **parse_pairs(args.task_config, "--task-config"))
-    model_cfg = parse_pairs(args.config, "--config")
+    main_rank = _main_rank()     # under torchrun, rank 0 alone prints and writes
+    for name in ("model", "task"):
+        if not getattr(args, name):
+            raise ValueError(f"--{name}: required (on the command line or as {name} = ... in --config-file)")
+    task = tasks.get(args.task, **{**args.file_task_config, **parse_pairs(args.task_config, "--task-config")})
+    model_cfg = {**args.file_config, **parse_pairs(args.config, "--config")}
     fixed = sorted({"vocab_size", "num_classes", "seq_len"} & set(model_cfg))
     if fixed:
         raise ValueError(f"--config: {', '.join(fixed)} come from the task; set them through --task-config instead")
@@ -163,7 +208,7 @@ def _described(name: str):
     if name in tasks.NAMES:
         return "task", getattr(tasks, name)
     if name in experiments.names():
-        return "experiment", experiments._EXPERIMENTS[name]
+        return "experiment", experiments.get(name)
     known = models.names() + list(tasks.NAMES) + experiments.names()
     near = difflib.get_close_matches(name, known, n=1)
     hint = f"; did you mean {near[0]!r}?" if near else ""
@@ -192,13 +237,46 @@ def cmd_describe(args) -> int:
         print(f"  {p.name:<18} {default:<24} {_param_line(doc, p.name)}".rstrip())
     if kind == "model":
         print("  (vocab_size, num_classes and seq_len come from the task)")
+    if kind == "experiment":
+        _describe_sizes(args.name)
     return 0
 
 
-def cmd_experiment(args) -> int:
-    from seqlab import experiments
+def _describe_sizes(name: str) -> None:
+    """An experiment's sizes (keywords it also takes), quick beside full, and where the full ones live."""
+    from seqlab.experiments import _common
 
-    result = experiments.run(args.name, **parse_pairs(args.params, "experiment"))
+    for table in _common.TABLES.get(name, []):
+        try:
+            full = table["full"]
+        except ValueError as err:
+            full, note = {}, f" (full: {err})"
+        else:
+            note = f" (full: {_common.config_path(name).relative_to(_common.CONFIG_DIR.parent)})"
+        print(f"  sizes{f' for {table.section}' if table.section else ''}, quick -> full{note}:")
+        for key, quick in table.quick.items():
+            print(f"    {key:<16} {quick!r:<28} {full.get(key, '')!r}".rstrip())
+
+
+def cmd_experiment(args) -> int:
+    from seqlab import experiments, train
+
+    main_rank = _main_rank()
+    kwargs = parse_pairs(args.params, "experiment")
+    if args.config_file:
+        if "profile" in kwargs:
+            raise ValueError("--config-file: give either --config-file or profile=..., not both")
+        kwargs["profile"] = args.config_file
+    if args.checkpoint_dir:
+        kwargs["checkpoint_dir"] = args.checkpoint_dir
+    try:
+        result = experiments.run(args.name, **kwargs)
+    except train.TrainingInterrupted as stop:
+        if main_rank:
+            again = ("; run the same command again to resume" if stop.checkpoint
+                     else "; add --checkpoint-dir DIR to make an experiment resumable")
+            print(f"\n{stop}{again}", file=sys.stderr)
+        return 130
     print(json.dumps(result, indent=2, default=_jsonable))
     return 0
 
@@ -210,8 +288,10 @@ def make_parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="list the models, tasks and experiments").set_defaults(func=cmd_list)
 
     t = sub.add_parser("train", help="train a model on a task (seqlab.train.fit)")
-    t.add_argument("--model", required=True, help="a name from `python -m seqlab list`")
-    t.add_argument("--task", required=True, help="a name from `python -m seqlab list`")
+    t.add_argument("--config-file", default=None, metavar="FILE.toml",
+                   help="read the options from a TOML file (module doc); options given here win")
+    t.add_argument("--model", help="a name from `python -m seqlab list` (required)")
+    t.add_argument("--task", help="a name from `python -m seqlab list` (required)")
     t.add_argument("--steps", type=int, default=300)
     t.add_argument("--batch-size", type=int, default=64)
     t.add_argument("--lr", type=float, default=3e-3)
@@ -261,12 +341,35 @@ def make_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("experiment", help="run a registered experiment (seqlab.experiments.run)")
     e.add_argument("name")
     e.add_argument("params", nargs="*", metavar="KEY=VALUE")
+    e.add_argument("--config-file", default=None, metavar="FILE.toml",
+                   help="run at the sizes of this file (configs/NAME.toml: the paper's sizes)")
+    e.add_argument("--checkpoint-dir", default=None, metavar="DIR",
+                   help="save each run of the experiment in DIR; the same command again resumes")
     e.set_defaults(func=cmd_experiment)
+    parser.train_parser = t
     return parser
 
 
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line; for ``train --config-file``, the file's options become the defaults."""
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    if args.command == "train":
+        data = read_train_file(args.config_file, parser.train_parser) if args.config_file else {}
+        tables = {f"file_{t}": data.pop(t, {}) for t in TRAIN_FILE_TABLES}
+        if data:
+            parser.train_parser.set_defaults(**data)
+            args = parser.parse_args(argv)
+        vars(args).update(tables)
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
+    try:
+        args = parse_args(argv)
+    except (ValueError, TypeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     args.argv = list(sys.argv[1:] if argv is None else argv)     # for the resume line after a Ctrl-C
     try:
         return args.func(args)

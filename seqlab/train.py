@@ -381,7 +381,8 @@ def fit(model: nn.Module, task: Task, *, steps: int, batch_size: int, lr: float,
     the step). With ``resume=True`` and an existing file, training continues from it: the result is
     bit-for-bit the run that was never interrupted (on CPU; after a Ctrl-C inside a step with dropout,
     the same run but for that step's dropout draws). A larger ``steps`` extends a finished or saved
-    run on the schedule of the new total (see :func:`_restore`).
+    run on the schedule of the new total (see :func:`_restore`). A run that a callback stopped
+    (:class:`StopTraining`) is saved as stopped: resuming it returns its history without training.
 
     ``threads``: intra-op CPU threads during this fit (restored afterwards); ``None`` leaves torch's
     setting. Small models on a busy shared CPU train many times faster with ``threads=1``.
@@ -433,9 +434,11 @@ def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_
            "task": task.name, "task_config": getattr(task, "task_config", None)}
     optimizer = torch.optim.AdamW(_param_groups(model, weight_decay), lr=lr, betas=tuple(betas))
     history = History(config=run)
-    start = 0
+    start, stopped = 0, False
     if resume and os.path.exists(checkpoint):
-        start = _restore(checkpoint, model, optimizer, history, run)
+        start, stopped = _restore(checkpoint, model, optimizer, history, run)
+        if stopped:     # a callback ended this run (StopTraining) at the saved step: it is finished as it is
+            return history
     else:
         torch.manual_seed(seed)
     n_train = task.size("train")
@@ -447,10 +450,11 @@ def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_
     if world > 1:
         net = nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
 
-    def snapshot(step: int) -> None:
+    def snapshot(step: int, stopped: bool = False) -> None:
         if checkpoint is not None and rank == 0:
             save_checkpoint(checkpoint, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                         "step": step, "run": run, "records": history.records, "rng": _rng_state()})
+                                         "step": step, "run": run, "records": history.records, "rng": _rng_state(),
+                                         "stopped": stopped})
 
     def emit(record: dict) -> None:
         history.append(record)
@@ -508,7 +512,7 @@ def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_
             except StopTraining:
                 stop = True
             if checkpoint is not None and (stop or (checkpoint_every and (step + 1) % checkpoint_every == 0)):
-                snapshot(step + 1)
+                snapshot(step + 1, stopped=stop)
             if stop:
                 break
         else:
@@ -545,8 +549,10 @@ def _check_fit_args(**kw) -> None:
         raise ValueError(f"seed: expected a non-negative int, got {kw['seed']!r}")
 
 
-def _restore(path, model: nn.Module, optimizer: torch.optim.Optimizer, history: History, run: dict) -> int:
-    """Load a checkpoint into ``model``, ``optimizer`` and ``history``; return the step it was saved at.
+def _restore(path, model: nn.Module, optimizer: torch.optim.Optimizer, history: History,
+             run: dict) -> tuple[int, bool]:
+    """Load a checkpoint into ``model``, ``optimizer`` and ``history``; return the step it was saved at and
+    whether a callback had stopped the run there (:class:`StopTraining`: such a run is not continued).
 
     The run must be the same one (every setting of :data:`_RUN_KEYS`, the model, its config and the task);
     only ``steps`` may grow: the run then continues on the schedule of the new total (warm-up and cosine
@@ -576,7 +582,7 @@ def _restore(path, model: nn.Module, optimizer: torch.optim.Optimizer, history: 
     optimizer.load_state_dict(state["optimizer"])
     history.records.extend(state["records"])
     _set_rng_state(state["rng"])
-    return step
+    return step, bool(state.get("stopped", False))
 
 
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> nn.Module:

@@ -3,6 +3,14 @@
 Each family module registers its experiments with ``@experiment("name")``; an experiment takes
 keyword arguments with quick-profile defaults (``profile=None`` means ``seqlab.config.profile()``)
 and returns a plain dict of results (numbers, tables as lists of dicts, histories).
+
+Full profile. The papers' sizes of every experiment that trains live in ``configs/<name>.toml`` (the
+only place they are written; :func:`config_file`); ``profile`` may also be the path of such a file.
+The three experiments in :data:`WITHOUT_CONFIG` have no sizes to read.
+
+Checkpoints. Every experiment that trains takes ``checkpoint_dir=DIR``: each of its runs is saved as
+``DIR/<run>.pt`` (every tenth of its steps, at its end and on Ctrl-C) and resumed from there, so that
+the same call again trains only what was not finished and returns the same results.
 """
 from __future__ import annotations
 
@@ -11,6 +19,14 @@ from typing import Callable
 
 _EXPERIMENTS: dict[str, Callable] = {}
 _MODULES = ("relation", "lrnn", "lightnet", "gateloop")
+
+# Experiments that take no profile: what they measure is set by their arguments alone.
+WITHOUT_CONFIG = {
+    "decay-speed": "a CPU timing of one scan against two (lengths are arguments; benchmarks/gpu.py times the "
+                   "CUDA kernels)",
+    "fst-twist-cost": "a CPU timing of the twisted half's two mixers (the hidden sizes are arguments)",
+    "fst-parameter-table": "parameter counts only, nothing is trained",
+}
 
 
 def experiment(name: str):
@@ -37,8 +53,32 @@ def names() -> list[str]:
     return sorted(_EXPERIMENTS)
 
 
-def run(name: str, /, **kwargs):
+def get(name: str) -> Callable:
+    """The registered experiment function ``name``; a clear error with a suggestion otherwise."""
+    import difflib
+
     _load_all()
     if name not in _EXPERIMENTS:
-        raise ValueError(f"experiment: unknown experiment {name!r}; expected one of {sorted(_EXPERIMENTS)}")
-    return _EXPERIMENTS[name](**kwargs)
+        near = difflib.get_close_matches(name, list(_EXPERIMENTS), n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise ValueError(f"experiment: unknown experiment {name!r}{hint} (expected one of {sorted(_EXPERIMENTS)})")
+    return _EXPERIMENTS[name]
+
+
+def config_file(name: str):
+    """``configs/<name>.toml``, the full-profile sizes of experiment ``name`` (None for :data:`WITHOUT_CONFIG`)."""
+    from seqlab.experiments._common import config_path
+
+    get(name)
+    return None if name in WITHOUT_CONFIG else config_path(name)
+
+
+def run(name: str, /, **kwargs):
+    """Run experiment ``name`` with keyword arguments (``profile="full"`` or a ``.toml`` path for paper sizes)."""
+    import inspect
+
+    fn = get(name)
+    params = inspect.signature(fn).parameters
+    if "profile" in kwargs and "profile" not in params:
+        raise ValueError(f"experiment {name!r} takes no profile or config file: {WITHOUT_CONFIG.get(name, '')}")
+    return fn(**kwargs)

@@ -5,10 +5,11 @@ learned ``a`` per channel), trained on Memory Horizon; returned: their test accu
 accuracy against the required memory span (Fig. 7), the histories and the trained models (for the
 transition heatmaps of Fig. 5, read by ``seqlab.readout.gateloop_transitions``).
 
-Sizes: ``quick`` (CPU, minutes): ``seq_len=128``, 2 layers of ``d_model=32``; ``full``: Appendix C.1
-(``seq_len=1024``, 4 layers, ``d_model=d_qk=d_v=64``, 64 heads, ``d_ff=128``, batch 32, lr 0.0025,
-AdamW, weight decay 0.05, 10000 warm-up steps then cosine decay; the paper's 300 epochs of 2000
-samples are 18750 steps; ``seqlab.train.fit`` keeps AdamW's default betas, not the paper's (0.9, 0.98)).
+Sizes: ``quick`` (CPU, minutes): ``seq_len=128``, 2 layers of ``d_model=32``; ``full``: Appendix C.1, in
+``configs/gateloop-memory-horizon.toml`` (``seq_len=1024``, 4 layers, ``d_model=d_qk=d_v=64``, ``d_ff=128``,
+batch 32, lr 0.0025, AdamW, weight decay 0.05, 10000 warm-up steps then cosine decay; the paper's 300
+epochs of 2000 samples are 18750 steps; ``seqlab.train.fit`` keeps AdamW's default betas, not the paper's
+(0.9, 0.98)).
 """
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ import torch
 
 from seqlab import config
 from seqlab.experiments import experiment
+from seqlab.experiments._common import Sizes, checkpointing, profile_sizes
 from seqlab.tasks.base import IGNORE
 
-__all__ = ["memory_horizon_comparison", "accuracy_by_span"]
+__all__ = ["SIZES", "memory_horizon_comparison", "accuracy_by_span"]
 
 
 def accuracy_by_span(model, task, split: str = "test", bins=None, batch_size: int = 100) -> list[dict]:
@@ -47,32 +49,27 @@ def accuracy_by_span(model, task, split: str = "test", bins=None, batch_size: in
     return rows
 
 
+# Quick sizes: a CPU in minutes. The full sizes (Appendix C.1) are in configs/gateloop-memory-horizon.toml.
+SIZES = Sizes("gateloop-memory-horizon", dict(
+    seq_len=128, steps=250, d_model=32, n_layers=2, n_heads=None, batch_size=32, lr=5e-3, weight_decay=0.05,
+    warmup=None, train_size=2000, test_size=200))
+
+
 @experiment("gateloop-memory-horizon")
-def memory_horizon_comparison(*, profile: str | None = None, seq_len: int | None = None, steps: int | None = None,
-                              d_model: int | None = None, n_layers: int | None = None, n_heads: int | None = None,
-                              batch_size: int = 32, lr: float | None = None, train_size: int | None = None,
-                              test_size: int | None = None, seed: int = 0, progress: bool = True,
-                              callbacks=()) -> dict:
+def memory_horizon_comparison(*, profile: str | None = None, seed: int = 0, progress: bool = True, callbacks=(),
+                              checkpoint_dir: str | None = None, **overrides) -> dict:
     """Data-controlled vs fixed state transitions on Memory Horizon (Fig. 6-7).
+
+    Sizes (``seq_len, steps, d_model, n_layers, n_heads, batch_size, lr, weight_decay, warmup, train_size,
+    test_size``) come from the profile and may be overridden by keyword. ``checkpoint_dir``: save each run
+    there and resume it (``seqlab.experiments`` module doc).
 
     Returns ``{"accuracy": {"data_controlled": float, "fixed": float}, "by_span": {variant: rows},
     "histories": {variant: History}, "models": {variant: model}, "task": task, "config": dict}``.
     """
     from seqlab import models, tasks, train
 
-    profile = profile or config.profile()
-    full = profile == "full"
-    cfg = dict(
-        seq_len=seq_len or (1024 if full else 128),
-        steps=steps or (18750 if full else 250),
-        d_model=d_model or (64 if full else 32),
-        n_layers=n_layers or (4 if full else 2),
-        n_heads=n_heads,
-        lr=lr or (2.5e-3 if full else 5e-3),
-        train_size=train_size or 2000,
-        test_size=test_size or (500 if full else 200),
-        batch_size=batch_size,
-    )
+    cfg = profile_sizes(SIZES, profile, overrides)
     task = tasks.memory_horizon(seq_len=cfg["seq_len"], train_size=cfg["train_size"], test_size=cfg["test_size"],
                                 seed=seed)
     results = {"accuracy": {}, "by_span": {}, "histories": {}, "models": {}, "task": task, "config": cfg}
@@ -80,10 +77,10 @@ def memory_horizon_comparison(*, profile: str | None = None, seq_len: int | None
         config.seed_everything(seed)
         model = models.build("gateloop", vocab_size=task.vocab_size, d_model=cfg["d_model"], n_layers=cfg["n_layers"],
                              n_heads=cfg["n_heads"], d_ff=2 * cfg["d_model"], data_controlled=data_controlled)
-        history = train.fit(model, task, steps=cfg["steps"], batch_size=batch_size, lr=cfg["lr"], seed=seed,
-                            weight_decay=0.05, warmup=10000 if full else None, progress=progress,
-                            desc=f"GateLoop {variant}",
-                            callbacks=callbacks)
+        history = train.fit(model, task, steps=cfg["steps"], batch_size=cfg["batch_size"], lr=cfg["lr"], seed=seed,
+                            weight_decay=cfg["weight_decay"], warmup=cfg["warmup"], progress=progress,
+                            desc=f"GateLoop {variant}", callbacks=callbacks,
+                            **checkpointing(checkpoint_dir, f"{variant}-seed{seed}", cfg["steps"]))
         results["histories"][variant] = history
         results["models"][variant] = model
         results["accuracy"][variant] = float(train.evaluate(model, task, split="test")["accuracy"])

@@ -8,8 +8,9 @@
 - ``lightnet-copying`` (:func:`causal_lm`): the causal LightNet LM (1-D TPE/LRPE, eq. 7) on copying.
 
 ``profile=None`` means ``seqlab.config.profile()``; ``quick`` sizes train on a busy 2-core CPU in
-tens of seconds on one intra-op thread (``threads=1``), ``full`` sizes are GPU-sized. Any size can
-be overridden by keyword. Every experiment returns a plain dict.
+tens of seconds on one intra-op thread (``threads=1``), ``full`` sizes are GPU-sized (``configs/``). Any size
+can be overridden by keyword; ``checkpoint_dir=DIR`` saves every training run there and resumes it. Every
+experiment returns a plain dict.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import torch
 
 from seqlab import config
 from seqlab.experiments import experiment
-from seqlab.experiments._common import min_seconds, profile_sizes
+from seqlab.experiments._common import Sizes, checkpointing, min_seconds, profile_sizes
 
 __all__ = ["scan_speed", "digits_classifier", "ablation", "causal_lm", "DIGITS_SIZES", "COPYING_SIZES"]
 
@@ -94,23 +95,17 @@ def scan_speed(*, lengths=(512, 1024, 2048, 4096, 8192), heads: int = 4, dim: in
 # Training: the non-causal grid classifier, its ablation, the causal language model
 # ----------------------------------------------------------------------------------------------
 
-DIGITS_SIZES = {
-    # quick: 2x2 binary patches on the 4x4 grid (16 tokens, vocabulary 16); ~1 min on one busy CPU thread
-    "quick": dict(d_model=64, n_layers=2, n_heads=4, steps=300, batch_size=64, lr=3e-3, eval_every=50, threads=1,
-                  task_kwargs=dict(layout="patches", patch=2, levels=2), lrpe_base=10.0, abs_pos=True),
-    # full: LightNet-T-like width and depth (Table 14) on 4-level patches, for a GPU
-    "full": dict(d_model=192, n_layers=12, n_heads=6, steps=5000, batch_size=128, lr=5e-4, eval_every=500,
-                 threads=None, task_kwargs=dict(layout="patches", patch=2, levels=4), lrpe_base=10.0, abs_pos=True),
-}
+# Quick sizes (a busy CPU thread, about a minute); the full ones are in configs/lightnet-*.toml.
+# quick digits: 2x2 binary patches on the 4x4 grid (16 tokens, vocabulary 16)
+DIGITS_SIZES = Sizes("lightnet-digits", dict(
+    d_model=64, n_layers=2, n_heads=4, steps=300, batch_size=64, lr=3e-3, eval_every=50, threads=1,
+    task_kwargs=dict(layout="patches", patch=2, levels=2), lrpe_base=10.0, abs_pos=True))
 
-ABLATION_SIZES = {
-    # small and short, so that five variants train in about a minute; no absolute positions, so that
-    # MD-TPE and MD-LRPE are the only sources of position (as in the paper's ablations)
-    "quick": dict(d_model=32, n_layers=1, n_heads=4, steps=120, batch_size=64, lr=5e-3, eval_every=None, threads=1,
-                  task_kwargs=dict(layout="patches", patch=2, levels=2), lrpe_base=10.0, abs_pos=False),
-    "full": dict(d_model=192, n_layers=12, n_heads=6, steps=5000, batch_size=128, lr=5e-4, eval_every=None,
-                 threads=None, task_kwargs=dict(layout="patches", patch=2, levels=4), lrpe_base=10.0, abs_pos=False),
-}
+# small and short, so that five variants train in about a minute; no absolute positions, so that MD-TPE and
+# MD-LRPE are the only sources of position (as in the paper's ablations)
+ABLATION_SIZES = Sizes("lightnet-ablation", dict(
+    d_model=32, n_layers=1, n_heads=4, steps=120, batch_size=64, lr=5e-3, eval_every=None, threads=1,
+    task_kwargs=dict(layout="patches", patch=2, levels=2), lrpe_base=10.0, abs_pos=False))
 
 ABLATIONS = {
     "LightNet": {},
@@ -120,12 +115,9 @@ ABLATIONS = {
     "w/o Decay": {"decay": "none"},
 }
 
-COPYING_SIZES = {
-    "quick": dict(d_model=64, n_layers=2, n_heads=4, steps=120, batch_size=64, lr=3e-3, eval_every=50, threads=1,
-                  task_kwargs=dict(min_len=8, max_len=8, autoregressive_n=64)),
-    "full": dict(d_model=256, n_layers=4, n_heads=4, steps=5000, batch_size=64, lr=1e-3, eval_every=500,
-                 threads=None, task_kwargs=dict(min_len=64, max_len=64)),
-}
+COPYING_SIZES = Sizes("lightnet-copying", dict(
+    d_model=64, n_layers=2, n_heads=4, steps=120, batch_size=64, lr=3e-3, eval_every=50, threads=1,
+    task_kwargs=dict(min_len=8, max_len=8, autoregressive_n=64)))
 
 _TRAIN_KEYS = ("steps", "batch_size", "lr", "eval_every", "threads", "task_kwargs")
 
@@ -133,7 +125,7 @@ _TRAIN_KEYS = ("steps", "batch_size", "lr", "eval_every", "threads", "task_kwarg
 
 
 def _train(task, model_config: dict, sizes: dict, *, seed: int, callbacks=(), desc: str | None = None,
-           progress: bool = True) -> dict:
+           progress: bool = True, checkpoint_dir: str | None = None, run_name: str = "lightnet") -> dict:
     from seqlab import train
     from seqlab.models import build
 
@@ -142,7 +134,8 @@ def _train(task, model_config: dict, sizes: dict, *, seed: int, callbacks=(), de
                   **model_config)
     history = train.fit(model, task, steps=sizes["steps"], batch_size=sizes["batch_size"], lr=sizes["lr"], seed=seed,
                         eval_every=sizes.get("eval_every"), callbacks=callbacks, threads=sizes.get("threads"),
-                        desc=desc, progress=progress)
+                        desc=desc, progress=progress,
+                        **checkpointing(checkpoint_dir, f"{run_name}-seed{seed}", sizes["steps"]))
     return {"model": model, "history": history, "accuracy": float(history.final["accuracy"]),
             "loss": float(history.final["loss"]), "config": model_config}
 
@@ -155,21 +148,22 @@ def _digits_task(sizes: dict):
 
 @experiment("lightnet-digits")
 def digits_classifier(*, profile: str | None = None, seed: int = 0, callbacks=(), progress: bool = True,
-                      **overrides) -> dict:
+                      checkpoint_dir: str | None = None, **overrides) -> dict:
     """The non-causal LightNet classifier on the digits patch grid (``task.info["grid"]``): MD-TPE,
     MD-LRPE and additive decay in one scan (eq. 8). Returns ``model, history, accuracy, loss, task, config``."""
     sizes = profile_sizes(DIGITS_SIZES, profile, overrides, strict=False)
     task = _digits_task(sizes)
     model_config = {k: v for k, v in sizes.items() if k not in _TRAIN_KEYS}
     model_config["grid"] = task.info["grid"]
-    out = _train(task, model_config, sizes, seed=seed, callbacks=callbacks, desc="LightNet on digits", progress=progress)
+    out = _train(task, model_config, sizes, seed=seed, callbacks=callbacks, desc="LightNet on digits", progress=progress,
+                 checkpoint_dir=checkpoint_dir, run_name="digits")
     out["task"] = task
     return out
 
 
 @experiment("lightnet-ablation")
 def ablation(*, profile: str | None = None, seed: int = 0, variants: dict | None = None, callbacks_for=None,
-             progress: bool = True, **overrides) -> dict:
+             progress: bool = True, checkpoint_dir: str | None = None, **overrides) -> dict:
     """LightNet with and without MD-TPE, MD-LRPE and the additive decay (Tables 1, 5-7) on digits.
 
     ``variants``: ``{name: config changes}`` (default :data:`ABLATIONS`); ``callbacks_for(name)`` may
@@ -185,7 +179,8 @@ def ablation(*, profile: str | None = None, seed: int = 0, variants: dict | None
     rows, histories, models = [], {}, {}
     for name, change in (variants or ABLATIONS).items():
         cbs = callbacks_for(name) if callbacks_for else ()
-        run = _train(task, {**base, **change}, sizes, seed=seed, callbacks=cbs, desc=name, progress=progress)
+        run = _train(task, {**base, **change}, sizes, seed=seed, callbacks=cbs, desc=name, progress=progress,
+                     checkpoint_dir=checkpoint_dir, run_name=name)
         rows.append({"variant": name, "accuracy": run["accuracy"], "loss": run["loss"],
                      "parameters": count_parameters(run["model"])})
         histories[name], models[name] = run["history"], run["model"]
@@ -193,7 +188,8 @@ def ablation(*, profile: str | None = None, seed: int = 0, variants: dict | None
 
 
 @experiment("lightnet-copying")
-def causal_lm(*, profile: str | None = None, seed: int = 0, callbacks=(), progress: bool = True, **overrides) -> dict:
+def causal_lm(*, profile: str | None = None, seed: int = 0, callbacks=(), progress: bool = True,
+              checkpoint_dir: str | None = None, **overrides) -> dict:
     """The causal LightNet language model (1-D TPE and LRPE, eq. 7) on the copying task."""
     from seqlab import tasks
 
@@ -207,6 +203,7 @@ def causal_lm(*, profile: str | None = None, seed: int = 0, callbacks=(), progre
     model = build("lightnet", vocab_size=task.vocab_size, **model_config)
     history = train.fit(model, task, steps=sizes["steps"], batch_size=sizes["batch_size"], lr=sizes["lr"], seed=seed,
                         eval_every=sizes.get("eval_every"), callbacks=callbacks, threads=sizes.get("threads"),
-                        desc="causal LightNet on copying", progress=progress)
+                        desc="causal LightNet on copying", progress=progress,
+                        **checkpointing(checkpoint_dir, f"copying-seed{seed}", sizes["steps"]))
     return {"model": model, "history": history, "accuracy": float(history.final["accuracy"]),
             "final": dict(history.final), "task": task, "config": model_config}

@@ -3,7 +3,7 @@
 Each takes ``profile=None`` (``seqlab.config.profile()``): ``quick`` sizes train on 2 busy CPU cores
 in seconds (lesson 03 calls them), ``full`` sizes follow the paper (§3.1 Long ListOps: 6 FST
 blocks of hidden size 256, sequences up to 2000; §3.2 pixel MNIST: 2 FST blocks of hidden size
-128). Any size can be overridden by keyword. Every experiment returns a plain dict.
+128) and are read from ``configs/fst-comparison.toml``. Any size can be overridden by keyword. Every experiment returns a plain dict.
 
 - ``fst-comparison``: FST against LRNN-only blocks (002 §3.5's ablation) against a Transformer
   encoder with learned positions predicting from the last element (002 §3.2), at matched
@@ -28,28 +28,21 @@ import torch
 
 from seqlab import config
 from seqlab.experiments import experiment
-from seqlab.experiments._common import min_seconds, profile_sizes
+from seqlab.experiments._common import Sizes, checkpointing, min_seconds, profile_sizes
 
 __all__ = ["SIZES", "make_task", "matched_width", "comparison_models", "fst_comparison", "parameter_table",
            "twist_cost"]
 
+# Quick sizes, a CPU in seconds; the full sizes (002 §3.1, §3.2) are in configs/fst-comparison.toml.
 SIZES = {
-    "digits": {
-        "quick": dict(d_model=32, n_layers=2, steps=120, batch_size=32, lr=5e-3, transformer_lr=3e-3, eval_every=40,
-                      threads=1, task_kwargs={}),
-        "full": dict(d_model=128, n_layers=2, steps=6000, batch_size=64, lr=1e-3, transformer_lr=1e-4, eval_every=500,
-                     threads=None, task_kwargs={}),
-    },
-    "listops": {
-        # quick: shallow expressions (depth <= 3, <= 4 arguments, 4..32 tokens) that a CPU learns in seconds
-        "quick": dict(d_model=32, n_layers=2, steps=200, batch_size=32, lr=5e-3, transformer_lr=3e-3, eval_every=50,
-                      threads=1, task_kwargs=dict(n_train=4000, n_validation=500, n_test=500, max_depth=3,
-                                                  max_args=4, min_length=4, max_length=32)),
-        "full": dict(d_model=256, n_layers=6, steps=100_000, batch_size=16, lr=1e-4, transformer_lr=1e-4,
-                     eval_every=5000, threads=None,
-                     task_kwargs=dict(n_train=96_000, n_validation=2000, n_test=2000, max_depth=10, max_args=10,
-                                      min_length=500, max_length=2000)),
-    },
+    "digits": Sizes("fst-comparison", dict(
+        d_model=32, n_layers=2, steps=120, batch_size=32, lr=5e-3, transformer_lr=3e-3, eval_every=40, threads=1,
+        task_kwargs={}), section="digits"),
+    # quick listops: shallow expressions (depth <= 3, <= 4 arguments, 4..32 tokens) that a CPU learns in seconds
+    "listops": Sizes("fst-comparison", dict(
+        d_model=32, n_layers=2, steps=200, batch_size=32, lr=5e-3, transformer_lr=3e-3, eval_every=50, threads=1,
+        task_kwargs=dict(n_train=4000, n_validation=500, n_test=500, max_depth=3, max_args=4, min_length=4,
+                         max_length=32)), section="listops"),
 }
 
 
@@ -115,14 +108,16 @@ def comparison_models(*, vocab_size: int, num_classes: int | None, seq_len: int,
 
 @experiment("fst-comparison")
 def fst_comparison(*, task: str = "digits", profile: str | None = None, models=("fst", "lrnn", "transformer"),
-                   seed: int = 0, progress: bool = True, callbacks=(), live=None, **overrides) -> dict:
+                   seed: int = 0, progress: bool = True, callbacks=(), live=None, checkpoint_dir: str | None = None,
+                   **overrides) -> dict:
     """FST vs LRNN-only vs Transformer at matched parameter counts (002 §3.2, §3.5).
 
     Returns ``{"task", "profile", "sizes", "rows", "histories", "models", "alphas", "data"}``: ``rows`` one
     dict per model (``model, config, params, test_accuracy, test_loss, seconds``), ``histories``
     and ``models`` by name, ``alphas`` the FST's ``[{"block", "alpha1", "alpha2"}]`` after training
     (``None`` when FST was not trained), ``data`` the task. ``callbacks`` are passed to every ``fit``; ``live`` (a
-    ``seqlab.viz.LivePlot``) draws every run into one live figure.
+    ``seqlab.viz.LivePlot``) draws every run into one live figure; ``checkpoint_dir`` saves every run there and
+    resumes it.
     """
     from seqlab import readout, train
     from seqlab.models import build
@@ -144,7 +139,8 @@ def fst_comparison(*, task: str = "digits", profile: str | None = None, models=(
         history = train.fit(model, data, steps=sizes["steps"], batch_size=sizes["batch_size"], lr=lr, seed=seed,
                             eval_every=sizes["eval_every"], progress=progress,
                             callbacks=[*callbacks, *([live.run(name)] if live is not None else [])],
-                            desc=f"{name} on {task}", threads=sizes["threads"])
+                            desc=f"{name} on {task}", threads=sizes["threads"],
+                            **checkpointing(checkpoint_dir, f"{name}-{task}-seed{seed}", sizes["steps"]))
         seconds = time.perf_counter() - start
         final = train.evaluate(model, data, split="test")
         rows.append({"model": name, "config": cfg, "params": params, "lr": lr,

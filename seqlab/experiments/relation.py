@@ -2,8 +2,9 @@
 
 Each takes ``profile=None`` (``seqlab.config.profile()``): ``quick`` sizes run on a CPU in seconds
 (the lesson calls them), ``full`` sizes are the papers' (001 App. D / 000 App. B: d_e = 192,
-12 blocks, batch 320, Adam at 5e-4, 2000 iterations, strings of 128). Any size can be overridden
-by keyword. Every experiment returns a plain dict.
+12 blocks, batch 320, Adam at 5e-4, 2000 iterations, strings of 128), read from ``configs/``. Any size
+can be overridden by keyword; ``checkpoint_dir=DIR`` saves every run there and resumes it. Every
+experiment returns a plain dict.
 
 - ``relation-copying``: CausalRN (exact pre-activation norm) against the linear CausalRN on the
   copying task under one budget (001 Fig. 4: only the former copies).
@@ -19,40 +20,26 @@ from __future__ import annotations
 
 from seqlab import config
 from seqlab.experiments import experiment
-from seqlab.experiments._common import profile_sizes
+from seqlab.experiments._common import Sizes, checkpointing, profile_sizes
 
 __all__ = ["copying_pair", "copying_ablation", "copying_scaling", "birn_digits", "text_model", "SIZES",
            "ABLATION_VARIANTS", "train_copying"]
 
-# Sizes per profile. "quick" is tuned to run on 2 busy CPU cores; "full" follows the papers.
+# Quick sizes, tuned to run on 2 busy CPU cores; the full sizes (the papers') are in configs/<experiment>.toml.
 SIZES = {
-    "copying": {
-        "quick": dict(length=16, d_model=64, n_layers=1, steps=250, batch_size=16, lr=3e-3, train_size=8000,
-                      test_size=256, eval_every=25),
-        "full": dict(length=128, d_model=192, n_layers=12, steps=2000, batch_size=320, lr=5e-4, train_size=400_000,
-                     test_size=1024, eval_every=50),
-    },
-    "ablation": {
-        "quick": dict(length=6, d_model=64, n_layers=1, steps=120, batch_size=16, lr=3e-3, train_size=4000,
-                      test_size=128, eval_every=20),
-        "full": dict(length=128, d_model=192, n_layers=12, steps=2000, batch_size=320, lr=5e-4, train_size=400_000,
-                     test_size=1024, eval_every=50),
-    },
-    "scaling": {
-        "quick": dict(lengths=(4, 8), d_model=64, n_layers=1, max_steps=150, batch_size=16, lr=3e-3, train_size=4000,
-                      test_size=128, eval_every=10),
-        "full": dict(lengths=(16, 32, 64, 128, 256), d_model=192, n_layers=12, max_steps=2000, batch_size=320, lr=5e-4,
-                     train_size=400_000, test_size=1024, eval_every=10),
-    },
-    "birn": {
-        "quick": dict(d_model=32, n_layers=2, steps=400, batch_size=32, lr=3e-3, levels=2, pre_norm="approx"),
-        "full": dict(d_model=192, n_layers=6, steps=3000, batch_size=320, lr=5e-4, levels=4, pre_norm="none"),
-    },
-    "text": {
-        "quick": dict(d_model=64, n_layers=2, steps=150, batch_size=32, lr=3e-3, seq_len=64, max_chars=300_000),
-        # the stdlib corpus has ~1.6 M characters: for a long full-size run pass dataset="wikitext" (000 §4.3)
-        "full": dict(d_model=768, n_layers=12, steps=5_000, batch_size=320, lr=1e-4, seq_len=512, max_chars=None),
-    },
+    "copying": Sizes("relation-copying", dict(
+        length=16, d_model=64, n_layers=1, steps=250, batch_size=16, lr=3e-3, train_size=8000, test_size=256,
+        eval_every=25)),
+    "ablation": Sizes("relation-copying-ablation", dict(
+        length=6, d_model=64, n_layers=1, steps=120, batch_size=16, lr=3e-3, train_size=4000, test_size=128,
+        eval_every=20)),
+    "scaling": Sizes("relation-copying-scaling", dict(
+        lengths=(4, 8), d_model=64, n_layers=1, max_steps=150, batch_size=16, lr=3e-3, train_size=4000,
+        test_size=128, eval_every=10)),
+    "birn": Sizes("relation-birn-digits", dict(
+        d_model=32, n_layers=2, steps=400, batch_size=32, lr=3e-3, levels=2, pre_norm="approx")),
+    "text": Sizes("relation-text", dict(
+        d_model=64, n_layers=2, steps=150, batch_size=32, lr=3e-3, seq_len=64, max_chars=300_000)),
 }
 
 # 001 Fig. 2 / 000 Fig. 3-4: the proposed CausalRN, then one change at a time.
@@ -74,8 +61,9 @@ def _copy_task(length: int, train_size: int, test_size: int, seed: int):
 
 def train_copying(model_name: str, task, *, d_model: int, n_layers: int, steps: int, batch_size: int, lr: float,
                   eval_every: int, seed: int = 0, callbacks=(), progress: bool = True, stop_at: float | None = None,
-                  **model_config):
+                  checkpoint_dir: str | None = None, run_name: str | None = None, **model_config):
     """Build ``model_name`` for ``task`` and fit it; ``stop_at``: stop once the test accuracy reaches it.
+    ``checkpoint_dir``: save the run there as ``run_name`` (default ``model_name``) and resume it.
 
     Returns ``(model, history)``; ``history.final`` holds the last evaluation."""
     from seqlab import models, train
@@ -87,7 +75,8 @@ def train_copying(model_name: str, task, *, d_model: int, n_layers: int, steps: 
     if stop_at is not None:
         callbacks.append(_StopAt(stop_at))
     history = train.fit(model, task, steps=steps, batch_size=batch_size, lr=lr, seed=seed, eval_every=eval_every,
-                        callbacks=callbacks, progress=progress, desc=model_name)
+                        callbacks=callbacks, progress=progress, desc=model_name,
+                        **checkpointing(checkpoint_dir, run_name or model_name, steps))
     if history.final is None:   # stopped early: the last evaluation is the final one
         evals = history.split("test")
         history.final = {k: v for k, v in evals[-1].items() if k not in ("step", "split")} if evals else None
@@ -106,7 +95,8 @@ class _StopAt:
 
 
 @experiment("relation-copying")
-def copying_pair(*, profile: str | None = None, seed: int = 0, callbacks=(), progress: bool = True, **sizes) -> dict:
+def copying_pair(*, profile: str | None = None, seed: int = 0, callbacks=(), progress: bool = True,
+                 checkpoint_dir: str | None = None, **sizes) -> dict:
     """CausalRN (quadratic, exact pre-activation norm) vs linear CausalRN, same budget (001 Fig. 4).
 
     Returns ``{"accuracy": {name: final parallel accuracy}, "histories": {name: History},
@@ -117,7 +107,8 @@ def copying_pair(*, profile: str | None = None, seed: int = 0, callbacks=(), pro
     out = {"accuracy": {}, "histories": {}, "models": {}, "task": task, "sizes": s}
     for name in ("causalrn", "linear-causalrn"):
         cbs = [cb.run(name) if hasattr(cb, "run") else cb for cb in callbacks]
-        model, history = train_copying(name, task, seed=seed, callbacks=cbs, progress=progress, **run)
+        model, history = train_copying(name, task, seed=seed, callbacks=cbs, progress=progress,
+                                       checkpoint_dir=checkpoint_dir, run_name=f"{name}-seed{seed}", **run)
         out["models"][name] = model
         out["histories"][name] = history
         out["accuracy"][name] = history.final["accuracy"]
@@ -125,7 +116,8 @@ def copying_pair(*, profile: str | None = None, seed: int = 0, callbacks=(), pro
 
 
 @experiment("relation-copying-ablation")
-def copying_ablation(*, profile: str | None = None, seed: int = 0, groups=None, progress: bool = False, **sizes) -> dict:
+def copying_ablation(*, profile: str | None = None, seed: int = 0, groups=None, progress: bool = False,
+                     checkpoint_dir: str | None = None, **sizes) -> dict:
     """001 Fig. 2 (a-c) and 000 Fig. 4d: the proposed CausalRN, changing one component at a time.
 
     Returns ``{"groups": {group: {label: History}}, "final": {group: {label: accuracy}}, "sizes": ...}``;
@@ -145,7 +137,9 @@ def copying_ablation(*, profile: str | None = None, seed: int = 0, groups=None, 
             cfg = {**BASE, **change}
             key = tuple(sorted(cfg.items()))
             if key not in cache:
-                _, cache[key] = train_copying("causalrn", task, seed=seed, progress=progress, **run, **cfg)
+                name = "-".join(f"{k}={v}" for k, v in key) + f"-seed{seed}"
+                _, cache[key] = train_copying("causalrn", task, seed=seed, progress=progress,
+                                              checkpoint_dir=checkpoint_dir, run_name=name, **run, **cfg)
             out["groups"][group][label] = cache[key]
             out["final"][group][label] = cache[key].final["accuracy"]
     return out
@@ -153,7 +147,8 @@ def copying_ablation(*, profile: str | None = None, seed: int = 0, groups=None, 
 
 @experiment("relation-copying-scaling")
 def copying_scaling(*, profile: str | None = None, seed: int = 0, names=("causalrn", "linear-causalrn", "transformer",
-                    "linear-transformer"), threshold: float = 0.99, progress: bool = False, **sizes) -> dict:
+                    "linear-transformer"), threshold: float = 0.99, progress: bool = False,
+                    checkpoint_dir: str | None = None, **sizes) -> dict:
     """Iterations until 99 % test accuracy against string length (001 Fig. 4 / 000 Fig. 6).
 
     Returns ``{"lengths": [...], "iterations": {name: [steps or None (not reached)]}, "final": ...}``."""
@@ -165,7 +160,8 @@ def copying_scaling(*, profile: str | None = None, seed: int = 0, names=("causal
         for length in s["lengths"]:
             task = _copy_task(length, s["train_size"], s["test_size"], seed)
             _, history = train_copying(name, task, steps=s["max_steps"], seed=seed, stop_at=threshold,
-                                       progress=progress, **run)
+                                       progress=progress, checkpoint_dir=checkpoint_dir,
+                                       run_name=f"{name}-L{length}-seed{seed}", **run)
             reached = [r["step"] for r in history.split("test") if r["accuracy"] >= threshold]
             out["iterations"][name].append(reached[0] if reached else None)
             out["final"][name].append(history.final["accuracy"])
@@ -174,7 +170,7 @@ def copying_scaling(*, profile: str | None = None, seed: int = 0, names=("causal
 
 @experiment("relation-birn-digits")
 def birn_digits(*, profile: str | None = None, seed: int = 0, callbacks=(), progress: bool = True, examples: int = 6,
-                **sizes) -> dict:
+                checkpoint_dir: str | None = None, **sizes) -> dict:
     """A linear BiRN classifier with a CLS token on 2x2 patches of the 8x8 digits (000 §4.3), and
     the CLS heat maps of 000 Fig. 7 for the first ``examples`` test images.
 
@@ -188,7 +184,8 @@ def birn_digits(*, profile: str | None = None, seed: int = 0, callbacks=(), prog
     model = models.build("birn", vocab_size=task.vocab_size, num_classes=task.num_classes, max_len=task.seq_len,
                          d_model=s["d_model"], n_layers=s["n_layers"], pre_norm=s["pre_norm"])
     history = train.fit(model, task, steps=s["steps"], batch_size=s["batch_size"], lr=s["lr"], seed=seed,
-                        callbacks=callbacks, progress=progress, desc="birn")
+                        callbacks=callbacks, progress=progress, desc="birn",
+                        **checkpointing(checkpoint_dir, f"birn-seed{seed}", s["steps"]))
     test = task.tensors("test")
     tokens = test["input_ids"][:examples]
     heat = readout.birn_cls_heatmap(model, tokens, task.info["grid"], layer=-1)
@@ -209,7 +206,8 @@ def _digit_images(task, n: int):
 @experiment("relation-text")
 def text_model(*, profile: str | None = None, seed: int = 0, callbacks=(), progress: bool = True,
                prompt: str = "Return the ", new_tokens: int = 120, temperature: float = 0.8, top_k: int | None = 20,
-               dataset: str | None = None, dataset_config: str | None = None, **sizes) -> dict:
+               dataset: str | None = None, dataset_config: str | None = None, checkpoint_dir: str | None = None,
+               **sizes) -> dict:
     """A linear CausalRN character model on the default corpus (stdlib docstrings) or on a HuggingFace
     data set (000 §4.3 used ``dataset="wikitext", dataset_config="wikitext-103-raw-v1"``, prompt
     ``"Three years later,"``), and a sample from ``prompt`` through the O(1)-per-token decoding step.
@@ -226,7 +224,8 @@ def text_model(*, profile: str | None = None, seed: int = 0, callbacks=(), progr
     model = models.build("linear-causalrn", vocab_size=task.vocab_size, d_model=s["d_model"], n_layers=s["n_layers"],
                          max_len=max(s["seq_len"], len(prompt) + new_tokens))
     history = train.fit(model, task, steps=s["steps"], batch_size=s["batch_size"], lr=s["lr"], seed=seed,
-                        callbacks=callbacks, progress=progress, desc="linear-causalrn (text)")
+                        callbacks=callbacks, progress=progress, desc="linear-causalrn (text)",
+                        **checkpointing(checkpoint_dir, f"text-seed{seed}", s["steps"]))
     sample = seqlab.generate(model, prompt, new_tokens, temperature=temperature, top_k=top_k, seed=seed)
     return {"history": history, "model": model, "task": task, "sample": sample,
             "bits_per_char": history.final["loss"] / math.log(2), "sizes": s}

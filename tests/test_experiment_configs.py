@@ -1,0 +1,180 @@
+"""configs/: the full profile's sizes, read by the experiments; experiments that checkpoint and resume; the
+command line's --config-file and --checkpoint-dir."""
+import json
+from pathlib import Path
+
+import pytest
+
+from seqlab import experiments, train
+from seqlab.__main__ import main
+from seqlab.experiments import _common
+
+CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.toml"))
+
+
+def test_every_paper_experiment_has_a_config_and_every_config_an_experiment():
+    names = experiments.names()
+    with_sizes = {n for n in names if n not in experiments.WITHOUT_CONFIG}
+    assert {p.stem for p in CONFIGS} == with_sizes
+    assert set(experiments.WITHOUT_CONFIG) <= set(names)
+    for name in with_sizes:
+        assert experiments.config_file(name).is_file()
+        data = _common.read_config(experiments.config_file(name))
+        assert data["experiment"] == name and data["paper"] and data["estimated_time"]
+        assert "profile" in __import__("inspect").signature(experiments.get(name)).parameters
+
+
+@pytest.mark.parametrize("name", [p.stem for p in CONFIGS])
+def test_every_size_table_reads_its_full_sizes_from_the_config(name):
+    tables = _common.TABLES[name]
+    assert tables, f"{name} has a config but no Sizes table reads it"
+    for table in tables:
+        full = table["full"]
+        assert set(full) == set(table.quick)
+        assert full != table["quick"]
+        # steps grow, or at least stay: the paper's runs are never shorter than the quick ones
+        for key in ("steps", "max_steps"):
+            if key in full:
+                assert full[key] >= table.quick[key]
+
+
+def _write(tmp_path, text: str, name="run.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+QUICK = dict(a=1, threads=1, task_kwargs={})
+
+
+def test_file_sizes_name_what_is_wrong(tmp_path):
+    ok = _write(tmp_path, 'experiment = "x"\n[sizes]\na = 2\ntask_kwargs = { n = 3 }\n')
+    assert _common.file_sizes(ok, "x", QUICK) == {"a": 2, "threads": None, "task_kwargs": {"n": 3}}
+    with pytest.raises(ValueError, match=r"is for experiment 'x', not 'y'"):
+        _common.file_sizes(ok, "y", QUICK)
+    with pytest.raises(ValueError, match=r"unknown keys \['b'\].*lacks \['a'\]"):
+        _common.file_sizes(_write(tmp_path, "[sizes]\nb = 2\ntask_kwargs = {}\n", "b.toml"), "x", QUICK)
+    with pytest.raises(ValueError, match=r"has no \[sizes.digits\] table"):
+        _common.file_sizes(ok, "x", QUICK, section="digits")
+    with pytest.raises(ValueError, match="is not valid TOML"):
+        _common.read_config(_write(tmp_path, "[sizes\n", "c.toml"))
+    with pytest.raises(ValueError, match=r"unknown top-level keys \['stpes'\]"):
+        _common.read_config(_write(tmp_path, "stpes = 3\n[sizes]\n", "d.toml"))
+    with pytest.raises(ValueError, match="does not exist"):
+        _common.read_config(tmp_path / "none.toml")
+    with pytest.raises(ValueError, match="profile: expected one of"):
+        _common.profile_sizes(_common.Sizes("x", QUICK), "medium-ish", {})
+
+
+TINY_MH = dict(seq_len=24, steps=6, d_model=8, n_layers=1, batch_size=8, lr=1e-2, train_size=48, test_size=16,
+               progress=False)
+
+
+def test_a_config_file_is_a_profile(tmp_path):
+    path = _write(tmp_path, 'experiment = "gateloop-memory-horizon"\n[sizes]\nseq_len = 24\nsteps = 3\nd_model = 8\n'
+                  'n_layers = 1\nbatch_size = 8\nlr = 1e-2\nweight_decay = 0.0\ntrain_size = 48\ntest_size = 16\n')
+    out = experiments.run("gateloop-memory-horizon", profile=str(path), progress=False)
+    assert out["config"]["steps"] == 3 and out["config"]["warmup"] is None and out["config"]["weight_decay"] == 0.0
+    assert out["histories"]["fixed"].steps == 3
+    with pytest.raises(ValueError, match="takes no profile or config file"):
+        experiments.run("fst-parameter-table", profile=str(path))
+
+
+def test_an_interrupted_experiment_resumes_from_its_checkpoint_folder(tmp_path):
+    whole = experiments.run("gateloop-memory-horizon", checkpoint_dir=str(tmp_path / "whole"), **TINY_MH)
+    assert sorted(p.name for p in (tmp_path / "whole").iterdir()) == ["data_controlled-seed0.pt", "fixed-seed0.pt"]
+    calls = []
+
+    def ctrl_c_in_the_second_run(history, record):
+        calls.append(record["step"]) if record["split"] == "train" else None
+        if len(calls) == 6 + 3 and record["split"] == "train":            # the first run's 6 steps, then step 3 of the second
+            raise KeyboardInterrupt
+
+    with pytest.raises(train.TrainingInterrupted) as stop:
+        experiments.run("gateloop-memory-horizon", checkpoint_dir=str(tmp_path / "cut"),
+                        callbacks=[ctrl_c_in_the_second_run], **TINY_MH)
+    assert stop.value.step == 3 and stop.value.checkpoint.endswith("fixed-seed0.pt")
+    again = experiments.run("gateloop-memory-horizon", checkpoint_dir=str(tmp_path / "cut"), **TINY_MH)
+    assert again["accuracy"] == whole["accuracy"]
+    for variant in ("data_controlled", "fixed"):
+        assert again["histories"][variant].train_loss() == whole["histories"][variant].train_loss()
+    # a finished folder trains nothing: the same results come back from the files
+    def no_training(history, record):
+        raise AssertionError(f"trained again: {record}")
+
+    assert experiments.run("gateloop-memory-horizon", checkpoint_dir=str(tmp_path / "cut"), callbacks=[no_training],
+                           **TINY_MH)["accuracy"] == whole["accuracy"]
+
+
+def test_a_run_stopped_by_a_callback_stays_stopped_on_resume(tmp_path):
+    from seqlab.experiments.relation import train_copying
+    from seqlab import tasks
+
+    task = tasks.copying(min_len=3, max_len=3, train_size=64, test_size=16, autoregressive_n=0)
+    run = dict(d_model=16, n_layers=1, steps=40, batch_size=8, lr=1e-2, eval_every=2, checkpoint_dir=str(tmp_path))
+    _, first = train_copying("linear-causalrn", task, stop_at=0.0, **run)      # stops at the first evaluation
+    assert first.steps == 2
+    _, again = train_copying("linear-causalrn", task, stop_at=None, **run)
+    assert again.steps == 2 and again.final == first.final
+
+
+def test_cli_experiment_with_a_config_file_and_a_checkpoint_folder(tmp_path, capsys):
+    path = _write(tmp_path, 'experiment = "lightnet-copying"\npaper = "test"\n[sizes]\nd_model = 16\nn_layers = 1\n'
+                  'n_heads = 2\nsteps = 3\nbatch_size = 8\nlr = 1e-2\nthreads = 1\n'
+                  'task_kwargs = { min_len = 3, max_len = 3, train_size = 64, test_size = 16, autoregressive_n = 4 }\n')
+    args = ["experiment", "lightnet-copying", "progress=False", "--config-file", str(path),
+            "--checkpoint-dir", str(tmp_path / "runs")]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"]["d_model"] == 16 and (tmp_path / "runs" / "copying-seed0.pt").exists()
+    assert main(args) == 0 and json.loads(capsys.readouterr().out)["final"] == out["final"]
+    assert main(["experiment", "lightnet-copying", "profile=quick", "--config-file", str(path)]) == 2
+    assert "either --config-file or profile" in capsys.readouterr().err
+    assert main(["experiment", "relation-copying", "--config-file", str(path)]) == 2
+    assert "is for experiment 'lightnet-copying', not 'relation-copying'" in capsys.readouterr().err
+
+
+def test_cli_experiment_ctrl_c_says_how_to_resume(tmp_path, capsys, monkeypatch):
+    real_lr_at = train.lr_at
+
+    def ctrl_c_at_step_2(step, **kw):
+        if step == 2:
+            raise KeyboardInterrupt
+        return real_lr_at(step, **kw)
+
+    monkeypatch.setattr(train, "lr_at", ctrl_c_at_step_2)
+    sizes = ["seq_len=24", "steps=4", "d_model=8", "n_layers=1", "batch_size=8", "train_size=48", "test_size=16",
+             "progress=False"]
+    assert main(["experiment", "gateloop-memory-horizon", *sizes, "--checkpoint-dir", str(tmp_path)]) == 130
+    err = capsys.readouterr().err
+    assert f"stopped at step 2, saved to {tmp_path / 'data_controlled-seed0.pt'}" in err
+    assert "run the same command again to resume" in err
+    assert main(["experiment", "gateloop-memory-horizon", *sizes]) == 130
+    assert "add --checkpoint-dir DIR" in capsys.readouterr().err
+
+
+def test_cli_train_reads_a_config_file_and_the_command_line_wins(tmp_path, capsys):
+    path = _write(tmp_path, 'model = "transformer"\ntask = "copying"\nsteps = 3\nbatch_size = 8\nlr = 1e-2\n'
+                  'no_progress = true\nthreads = 1\njson = true\n[config]\nd_model = 16\nn_layers = 1\nn_heads = 2\n'
+                  '[task_config]\nmin_len = 2\nmax_len = 4\ntrain_size = 64\ntest_size = 16\nautoregressive_n = 4\n')
+    assert main(["train", "--config-file", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 3
+    assert main(["train", "--config-file", str(path), "--steps", "2", "--config", "d_model=8"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out.strip().splitlines()[-1])["steps"] == 2
+    from seqlab import models
+    n8 = models.count_parameters(models.build("transformer", vocab_size=30, seq_len=10, d_model=8, n_layers=1,
+                                              n_heads=2))
+    assert f"({n8:,} parameters)" in out
+    bad = _write(tmp_path, 'model = "transformer"\nstesp = 3\n', "bad.toml")
+    assert main(["train", "--config-file", str(bad)]) == 2
+    assert "unknown keys stesp (did you mean 'steps'?)" in capsys.readouterr().err
+    assert main(["train", "--steps", "2"]) == 2
+    assert "--model: required" in capsys.readouterr().err
+
+
+def test_describe_an_experiment_shows_quick_and_full_sizes(capsys):
+    assert main(["describe", "gateloop-memory-horizon"]) == 0
+    out = capsys.readouterr().out
+    assert "quick -> full (full: configs/gateloop-memory-horizon.toml)" in out
+    assert any(line.split()[:3] == ["seq_len", "128", "1024"] for line in out.splitlines())
