@@ -6,7 +6,7 @@
     python workbench.py test    # every test, the lessons included (what CI runs)
     python workbench.py execute notebooks/02_linear_recurrence.ipynb   # re-run a lesson, save its outputs
     python workbench.py book    # the lessons as a static site in build/book/ (open build/book/index.html)
-    python workbench.py gpu-check   # on a CUDA machine: the Triton kernels and the lessons on the GPU
+    python workbench.py gpu-check   # on a CUDA machine: kernels, lessons, GPU benchmarks, configs/ timed
 
 Both create or reuse one local virtual environment, ``.venv`` beside this file, and install into it
 ``torch==2.13.0`` (the pin: a CPU wheel on a machine without CUDA, the usual CUDA build on a CUDA
@@ -284,23 +284,42 @@ def book(args: list[str]) -> int:
 
 
 def gpu_check(args: list[str]) -> int:
-    """On a CUDA machine: the CUDA-marked tests (every Triton kernel forward and backward against the float64
-    references at larger sizes, bfloat16 included; every lesson run to its end on the GPU), one report.
-    Elsewhere it says so and exits 0."""
+    """On a CUDA machine, one report (printed, and written to ``build/gpu-check.txt``) of: the CUDA-marked tests
+    (every Triton kernel forward and backward against the float64 references at paper sizes, bfloat16
+    included; every lesson run to its end on the GPU), ``benchmarks/gpu.py`` (the scan kernel's bandwidth
+    against the GPU's peak, GateLoop's kernel against fla's ``chunk_gla``, paper 003 Fig. 2) and
+    ``benchmarks/full_profile.py`` (20 and 40 steps of every ``configs/`` experiment, projected to the whole
+    run). Elsewhere it says so and exits 0."""
     py = ensure_environment()
     probe = subprocess.run([str(py), "-c", "import torch; print(torch.cuda.get_device_name() "
                             "if torch.cuda.is_available() else '')"], capture_output=True, text=True, cwd=ROOT)
     name = probe.stdout.strip()
     if not name:
-        print("gpu-check: no CUDA GPU here (torch.cuda.is_available() is False). It checks the Triton kernels "
-              "and the lessons on an NVIDIA GPU; nothing to check on this machine.")
+        print("gpu-check: no CUDA GPU here (torch.cuda.is_available() is False). On an NVIDIA GPU it runs the "
+              "CUDA tests (Triton kernels, lessons), the GPU benchmarks and 20 steps of every configs/ "
+              "experiment; nothing to check on this machine.")
         return 0
     env = {k: v for k, v in test_environment().items() if k not in ("TRITON_INTERPRET", "SEQLAB_NO_TRITON")}
-    print(f"gpu-check on {name}", flush=True)
-    code = subprocess.call([str(py), "-m", "pytest", "-m", "cuda", "-p", "no:cacheprovider", "-rA", "tests", *args],
-                           cwd=ROOT, env=env)
-    print(f"gpu-check on {name}: the CUDA tests {'passed' if code == 0 else 'FAILED'}")
-    return code
+    steps = [("CUDA tests", [str(py), "-m", "pytest", "-m", "cuda", "-p", "no:cacheprovider", "-q", "-rfEs", "tests",
+                             *args]),
+             ("GPU benchmarks", [str(py), "benchmarks/gpu.py"]),
+             ("full-profile configs", [str(py), "benchmarks/full_profile.py", "--steps", "20"])]
+    report = [f"gpu-check on {name}"]
+    print(report[0], flush=True)
+    codes = []
+    for title, command in steps:
+        print(f"\n== {title}: {' '.join(command[1:])}", flush=True)
+        done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+        print(done.stdout, end="", flush=True)
+        codes.append(done.returncode)
+        report += [f"\n== {title} ({'passed' if done.returncode == 0 else 'FAILED'})", done.stdout.rstrip()]
+    report.append("\n== summary: " + ", ".join(f"{t} {'passed' if c == 0 else 'FAILED'}"
+                                              for (t, _), c in zip(steps, codes)))
+    out = ROOT / "build" / "gpu-check.txt"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text("\n".join(report) + "\n", encoding="utf-8")
+    print(report[-1].strip() + f"\nThe report is in {out.relative_to(ROOT)}")
+    return 0 if not any(codes) else 1
 
 
 def main(argv: list[str]) -> int:

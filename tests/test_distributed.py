@@ -63,3 +63,38 @@ def test_torchrun_two_processes_train_the_same_run_as_one_and_resume(tmp_path):
     a, b = _losses(one), _losses(two)
     assert len(a) == len(b) == 5
     assert max(abs(x - y) / abs(x) for x, y in zip(a, b)) < 1e-5, (a, b)
+
+
+def test_an_experiment_on_two_nodes_through_torchrun_rendezvous(tmp_path):
+    """Two torchrun launchers, one process each, meeting at a c10d rendezvous on 127.0.0.1 as two machines
+    would (README "Running at paper size"), run an experiment from a config file: the same results as one
+    process, rank 0 alone printing; the checkpoint folder then resumes it in one process without training."""
+    import socket
+
+    config = tmp_path / "tiny.toml"
+    config.write_text('experiment = "lightnet-copying"\n[sizes]\nd_model = 16\nn_layers = 1\nn_heads = 2\n'
+                      'steps = 4\nbatch_size = 8\nlr = 1e-2\nthreads = 1\ntask_kwargs = { min_len = 2, max_len = 4, '
+                      'train_size = 64, test_size = 600, autoregressive_n = 4 }\n')
+    args = ["-m", "seqlab", "experiment", "lightnet-copying", "progress=False", "--config-file", str(config)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("WORLD_SIZE", None)
+    one = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+                               f"--node_rank={rank}", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
+                               "--rdzv_id=seqlab-test", *args, "--checkpoint-dir", str(tmp_path / "runs")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for rank in range(2)]
+    outs = [node.communicate(timeout=600) for node in nodes]
+    assert all(node.returncode == 0 for node in nodes), [err[-3000:] for _, err in outs]
+    printed = [out for out, _ in outs if out.strip()]
+    assert len(printed) == 1, "rank 0 alone prints"
+    want, got = json.loads(one.stdout)["final"], json.loads(printed[0])["final"]
+    assert want.keys() == got.keys()
+    assert all(abs(want[k] - got[k]) <= 1e-5 * max(1.0, abs(want[k])) for k in want), (want, got)
+    again = subprocess.run([sys.executable, *args, "--checkpoint-dir", str(tmp_path / "runs")], capture_output=True,
+                           text=True, env=env, timeout=600)
+    assert again.returncode == 0 and json.loads(again.stdout)["final"] == got

@@ -178,3 +178,50 @@ def test_describe_an_experiment_shows_quick_and_full_sizes(capsys):
     out = capsys.readouterr().out
     assert "quick -> full (full: configs/gateloop-memory-horizon.toml)" in out
     assert any(line.split()[:3] == ["seq_len", "128", "1024"] for line in out.splitlines())
+
+
+def test_the_full_profile_benchmark_projects_a_whole_run(capsys):
+    """benchmarks/full_profile.py (gpu-check runs it at full size) on the quick sizes of one experiment."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "full_profile.py"
+    spec = importlib.util.spec_from_file_location("full_profile", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    row = module.project("lightnet-copying", None, "quick", 2)
+    assert row["steps"] == 120 and row["ms_per_step"] >= 0
+    assert row["projected_min"] * 60 == pytest.approx(row["short_s"] + 118 * row["ms_per_step"] / 1e3)
+    assert module.main(["lightnet-copying", "--profile", "quick", "--steps", "2"]) == 0
+    assert any(line.split()[:2] == ["lightnet-copying", "120"] for line in capsys.readouterr().out.splitlines())
+
+
+def test_peak_bandwidth_from_device_properties():
+    import importlib.util
+    from types import SimpleNamespace
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu.py"
+    spec = importlib.util.spec_from_file_location("gpu_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    h100 = SimpleNamespace(name="NVIDIA H100 80GB HBM3", memory_clock_rate=2_619_000, memory_bus_width=5120)
+    assert abs(module.peak_bandwidth(h100) - 3.352e12) < 1e9              # 2 x 2.619 GHz x 640 bytes
+    assert module.peak_bandwidth(SimpleNamespace(name="NVIDIA H200")) == 4.8e12
+    assert module.peak_bandwidth(SimpleNamespace(name="mystery")) is None
+
+
+def test_the_readme_config_table_and_train_file_are_true(tmp_path, capsys):
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Running at paper size"):readme.index("## Benchmarks")]
+    listed = re.findall(r"\| `configs/([\w-]+)\.toml` \| ([^|]+) \| ([^|]+) \|", section)
+    assert sorted(name for name, _, _ in listed) == sorted(p.stem for p in CONFIGS)
+    for name, paper, estimate in listed:
+        data = _common.read_config(_common.config_path(name))
+        assert paper.strip() == data["paper"]
+        assert estimate.strip() == data["estimated_time"].replace(" on one H100", "")
+    toml = re.search(r"```toml\n(.*?)```", section, re.S).group(1)
+    path = _write(tmp_path, toml, "gateloop-lm.toml")
+    assert main(["train", "--config-file", str(path), "--steps", "1", "--batch-size", "2", "--no-progress",
+                 "--threads", "1", "--task-config", "train_size=8", "test_size=4"]) == 0
+    assert "model gateloop" in capsys.readouterr().out
