@@ -252,7 +252,8 @@ def test(args: list[str]) -> int:
 
 def execute(args: list[str]) -> int:
     """Re-execute lessons in place under the test environment (so nbval sees the same numbers), then
-    drop the bulky widget state that plotly's FigureWidget leaves in the file."""
+    drop the bulky widget state that plotly's FigureWidget leaves in the file and add a static PNG to
+    every figure (``seqlab.viz.nbstate``: kaleido with the system's Chromium)."""
     if not args:
         print("usage: python workbench.py execute notebooks/NN_name.ipynb [...]")
         return 2
@@ -261,7 +262,7 @@ def execute(args: list[str]) -> int:
     for nb in args:
         run([py, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--inplace",
              "--ExecutePreprocessor.timeout=900", nb], cwd=ROOT, env=env)
-        run([py, "-m", "seqlab.viz.nbstate", nb], cwd=ROOT, env=env)
+        run([py, "-m", "seqlab.viz.nbstate", "--png", nb], cwd=ROOT, env=env)
         set_kernel_name(ROOT / nb)
     return 0
 

@@ -120,13 +120,14 @@ def test_resume_reproduces_the_uninterrupted_run_exactly(small_copy, tmp_path):
     full_model = tiny(small_copy, dropout=0.1)
     full = train.fit(full_model, small_copy, **kw)
 
-    def stop_half_way(history, record):
+    def ctrl_c_half_way(history, record):
         if record["split"] == "train" and record["step"] == N // 2:
-            raise train.StopTraining
+            raise KeyboardInterrupt
 
     path = tmp_path / "run.pt"
-    first = train.fit(tiny(small_copy, dropout=0.1), small_copy, checkpoint=path, callbacks=[stop_half_way], **kw)
-    assert first.steps == N // 2 and first.final is None
+    with pytest.raises(train.TrainingInterrupted) as stop:
+        train.fit(tiny(small_copy, dropout=0.1), small_copy, checkpoint=path, callbacks=[ctrl_c_half_way], **kw)
+    assert stop.value.step == N // 2 and stop.value.checkpoint == str(path)
     assert os.listdir(tmp_path) == ["run.pt"]                      # atomic write: no temporary files left
 
     fresh = tiny(small_copy, seed=123, dropout=0.1)                  # different initial weights: all come from the file

@@ -362,3 +362,31 @@ def test_nbstate_drops_only_bulky_widget_state(tmp_path):
     kept = nbformat.read(path, as_version=4).metadata["widgets"][STATE_KEY]["state"]
     assert list(kept) == ["b" * 32]
     assert drop_large_widget_state(path) == []  # nothing left to drop
+
+
+def test_static_figures_add_a_png_beside_each_plotly_output(tmp_path):
+    """What ``workbench.py execute`` does to every lesson: a PNG (kaleido, system Chromium) beside the JSON."""
+    import base64
+    import struct
+
+    import nbformat
+    import plotly.io as pio
+
+    from seqlab.viz.nbstate import PLOTLY_KEY, PNG_KEY, add_static_figures
+
+    fig = viz.new_figure(title="two points")
+    fig.add_scatter(x=[0, 1], y=[1, 0])
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("fig")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={PLOTLY_KEY: json.loads(pio.to_json(fig))}),
+                    nbformat.v4.new_output("stream", text="no figure here")]
+    nb.cells = [cell]
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    assert add_static_figures(path, width=320, height=200) == 1
+    data = nbformat.read(path, as_version=4).cells[0].outputs[0]["data"]
+    png = base64.b64decode(data[PNG_KEY])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", png[16:24]) == (320, fig.layout.height or 200)
+    assert PLOTLY_KEY in data                                            # JupyterLab still draws the JSON
+    assert add_static_figures(path) == 0                                 # already there: untouched

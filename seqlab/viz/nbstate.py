@@ -1,4 +1,4 @@
-"""Keep executed notebooks small: drop bulky widget state before committing them.
+"""Make executed notebooks fit to commit: drop bulky widget state, give every figure a static PNG.
 
 ``jupyter nbconvert --execute`` saves the state of every widget a notebook created in its
 metadata. plotly's ``FigureWidget`` (an ``anywidget``) carries plotly's whole JavaScript bundle
@@ -10,6 +10,11 @@ worth keeping (JupyterLab shows them, with their last output, in a notebook that
 drops every widget model whose saved state is larger than ``--max-kb`` (default 200 kB) and
 prints what it removed. (``--ExecutePreprocessor.store_widget_state=False`` is no substitute:
 nbclient then fails on notebooks with ``interact`` output widgets.)
+
+Static figures. A plotly output holds only the figure's JSON, which JupyterLab draws; ``nbconvert``,
+GitHub's viewer and other readers draw nothing from it. ``--png`` adds an ``image/png`` rendering of each
+plotly output (kaleido, with the system's Chromium) beside its JSON: JupyterLab still draws the
+interactive figure, the others show the picture. nbval does not compare PNGs, so they never fail a check.
 """
 from __future__ import annotations
 
@@ -17,9 +22,11 @@ import argparse
 import json
 from pathlib import Path
 
-__all__ = ["drop_large_widget_state"]
+__all__ = ["drop_large_widget_state", "add_static_figures"]
 
 STATE_KEY = "application/vnd.jupyter.widget-state+json"
+PLOTLY_KEY = "application/vnd.plotly.v1+json"
+PNG_KEY = "image/png"
 
 
 def drop_large_widget_state(path: str | Path, max_bytes: int = 200_000) -> list[str]:
@@ -43,14 +50,58 @@ def drop_large_widget_state(path: str | Path, max_bytes: int = 200_000) -> list[
     return removed
 
 
+def figure_outputs(nb) -> list[dict]:
+    """Every output of ``nb`` (an nbformat notebook) that carries a plotly figure."""
+    return [out for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
+            if PLOTLY_KEY in out.get("data", {})]
+
+
+def add_static_figures(path: str | Path, width: int = 800, height: int = 450) -> int:
+    """Add a PNG of each plotly output that lacks one (the figure's own width and height where it sets them,
+    else ``width`` x ``height``). Returns how many were added; rewrites the file only when some were."""
+    import base64
+    import warnings
+
+    import nbformat
+    import plotly.io as pio
+
+    path = Path(path)
+    nb = nbformat.read(path, as_version=4)
+    todo = [out for out in figure_outputs(nb) if PNG_KEY not in out["data"]]
+    if not todo:
+        return 0
+    try:
+        import kaleido
+    except ImportError as err:
+        raise RuntimeError("static figures need kaleido (the dev extra: pip install -e '.[dev]') and a Chromium "
+                           "or Chrome browser (Debian: apt-get install chromium)") from err
+    kaleido.start_sync_server(silence_warnings=True)      # one browser for all the figures
+    try:
+        for out in todo:
+            fig = out["data"][PLOTLY_KEY]
+            layout = fig.get("layout", {})
+            with warnings.catch_warnings():     # "kopts ignored with a server": plotly.js comes from the server
+                warnings.simplefilter("ignore", UserWarning)
+                png = pio.to_image(fig, format="png", validate=False, width=layout.get("width") or width,
+                                   height=layout.get("height") or height)
+            out["data"][PNG_KEY] = base64.b64encode(png).decode("ascii")
+    finally:
+        kaleido.stop_sync_server(silence_warnings=True)
+    nbformat.write(nb, path)
+    return len(todo)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m seqlab.viz.nbstate", description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="+", type=Path)
     parser.add_argument("--max-kb", type=int, default=200, help="largest widget state kept, in kB (default 200)")
+    parser.add_argument("--png", action="store_true", help="also add a static PNG to every plotly figure output")
     args = parser.parse_args(argv)
     for nb in args.notebooks:
         removed = drop_large_widget_state(nb, args.max_kb * 1000)
         print(f"{nb}: removed {len(removed)} widget model(s){': ' + ', '.join(removed) if removed else ''}")
+        if args.png:
+            print(f"{nb}: added {add_static_figures(nb)} static figure(s)")
 
 
 if __name__ == "__main__":
