@@ -249,14 +249,29 @@ def _widget_output_text(widget) -> str:
     return widget.locator(".widget-output, .jp-OutputArea").first.inner_text()
 
 
+def _log_console_text(page) -> str:
+    """The text of JupyterLab's log console (kernel messages no cell shows, such as "No such comm")."""
+    page.evaluate("() => window.jupyterapp.commands.execute('logconsole:open', {insertMode: 'split-bottom'})")
+    panel = page.locator(".jp-LogConsolePanel").first
+    panel.wait_for(state="attached", timeout=30_000)
+    page.wait_for_timeout(1000)
+    return panel.inner_text()
+
+
 def test_tour_runs_and_renders_in_chromium(lab, page):
     base, token = lab
     page.set_default_timeout(60_000)
+    errors = []
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
     page.goto(f"{base}/lab/tree/{TOUR.name}?token={token}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=SERVER_START_S * 1000)
     _run_all(page)
     prompts = _wait_all_ran(page)
     assert len(prompts) >= 5, prompts
+    # Run All leaves no error in JupyterLab's log console, nor comm errors in the browser's console
+    log = _log_console_text(page)
+    assert "No such comm" not in log and "error" not in log.lower(), f"log console: {log[:1000]}"
+    assert not [e for e in errors if "comm" in e.lower()], errors
 
     # plotly figures are drawn: the race (the live widget, replaced by its final static figure), the
     # static learning curves, the widget's and the default example's figures. JupyterLab draws an

@@ -1,0 +1,109 @@
+"""Decoding cost against context length: every causal language model's ``step`` after a long context, against
+re-running the whole forward for each new token (what a model without a recurrent form must do).
+
+    .venv/bin/python benchmarks/decode.py                              # contexts 128 .. 16384, batch 1 and 8
+    .venv/bin/python benchmarks/decode.py --contexts 128 4096 --batches 1 --models gateloop lightnet
+
+One intra-op thread (``--threads``), float32, random weights at ``d_model=32, n_layers=2`` (the issue's
+check sizes; ``--d-model``/``--layers`` change them). For each model, batch and context ``c``:
+
+- ``step ms``: the best of ``--repeats`` timed ``model.step`` calls on a state that has read ``c`` tokens
+  (built by ``prefill`` in chunks of 1024 tokens, each continuing the last one's state);
+- ``rerun ms``: one forward over the ``c + 1`` tokens, the cost of the next token without a state
+  (skipped above ``--rerun-max``, and above 4096 for the quadratic models, whose scores take ``c^2`` memory);
+- ``state``: the memory held per sequence after ``c`` tokens, ``4 * model.state_size(c)`` bytes.
+
+Then per model: ``t(c_max) / t(c_min)`` of ``step`` (about 1 for the linear families, growing for the
+Transformer's KV cache and the quadratic CausalRN) and the speed-up of ``step`` over the rerun path.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from _timing import best_ms  # noqa: E402
+
+LMS = ("transformer", "linear-transformer", "causalrn", "linear-causalrn", "lrnn", "lightnet", "gateloop")
+QUADRATIC = {"transformer", "causalrn"}
+VOCAB = 64
+
+
+def build(name: str, d_model: int, n_layers: int, max_len: int):
+    from seqlab import models
+
+    extra = {"n_heads": 2} if name in ("transformer", "linear-transformer", "lightnet") else {}
+    if name in ("transformer", "linear-transformer", "causalrn", "linear-causalrn"):
+        extra["max_len"] = max_len
+    torch.manual_seed(0)
+    return models.build(name, vocab_size=VOCAB, d_model=d_model, n_layers=n_layers, **extra).eval()
+
+
+def state_after(model, tokens: torch.Tensor, chunk: int = 1024):
+    """The state after ``tokens`` (B, c), prefilled ``chunk`` tokens at a time."""
+    state = None
+    for start in range(0, tokens.shape[1], chunk):
+        _, state = model.prefill(tokens[:, start:start + chunk], state)
+    return state
+
+
+def measure(model, name: str, batch: int, context: int, repeats: int, rerun_max: int) -> dict:
+    gen = torch.Generator().manual_seed(context)
+    tokens = torch.randint(0, VOCAB, (batch, context + 1), generator=gen)
+    with torch.no_grad():
+        state = state_after(model, tokens[:, :context])
+        step_ms = best_ms(lambda: model.step(tokens[:, context], state), repeats)
+        limit = min(rerun_max, 4096) if name in QUADRATIC else rerun_max
+        rerun_ms = best_ms(lambda: model(tokens), max(1, repeats // 2)) if context <= limit else None
+    return {"step_ms": step_ms, "rerun_ms": rerun_ms, "state_bytes": 4 * model.state_size(context)}
+
+
+def fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="+", default=list(LMS), choices=LMS)
+    p.add_argument("--contexts", type=int, nargs="+", default=[128, 512, 2048, 4096, 16384])
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--d-model", type=int, default=32)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--rerun-max", type=int, default=16384, help="longest context timed on the rerun path")
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    contexts = sorted(args.contexts)
+    print(f"decoding one token after c tokens: d_model={args.d_model}, {args.layers} layers, vocab {VOCAB}, "
+          f"float32, {args.threads} thread(s); best of {args.repeats}; times in ms")
+    summary = []
+    for batch in args.batches:
+        head = f"{'model':<19} {'B':>2} {'context':>7} {'step ms':>9} {'rerun ms':>9} {'rerun/step':>10} {'state/seq':>10}"
+        print(f"\n{head}\n{'-' * len(head)}")
+        for name in args.models:
+            model = build(name, args.d_model, args.layers, max_len=contexts[-1] + 1)
+            rows = {}
+            for c in contexts:
+                r = rows[c] = measure(model, name, batch, c, args.repeats, args.rerun_max)
+                rerun = f"{r['rerun_ms']:9.2f}" if r["rerun_ms"] is not None else f"{'-':>9}"
+                speed = f"{r['rerun_ms'] / r['step_ms']:10.1f}" if r["rerun_ms"] is not None else f"{'-':>10}"
+                print(f"{name:<19} {batch:>2} {c:>7} {r['step_ms']:9.3f} {rerun} {speed} "
+                      f"{fmt_bytes(r['state_bytes']):>10}", flush=True)
+            lo, hi = rows[contexts[0]], rows[contexts[-1]]
+            summary.append((name, batch, hi["step_ms"] / lo["step_ms"],
+                            {c: r["rerun_ms"] / r["step_ms"] for c, r in rows.items() if r["rerun_ms"] is not None}))
+    print(f"\n{'model':<19} {'B':>2} {f't({contexts[-1]})/t({contexts[0]})':>16}  speed-up over rerun by context")
+    for name, batch, growth, speedups in summary:
+        ups = ", ".join(f"{c}: {s:.0f}x" for c, s in speedups.items())
+        print(f"{name:<19} {batch:>2} {growth:16.2f}  {ups}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
