@@ -390,3 +390,28 @@ def test_static_figures_add_a_png_beside_each_plotly_output(tmp_path):
     assert struct.unpack(">II", png[16:24]) == (320, fig.layout.height or 200)
     assert PLOTLY_KEY in data                                            # JupyterLab still draws the JSON
     assert add_static_figures(path) == 0                                 # already there: untouched
+
+
+def test_closed_live_widgets_leave_no_comm_warning_only_for_themselves():
+    """JupyterLab answers a closed widget's comm; the kernel's "No such comm" for it is dropped, others kept."""
+    import logging
+
+    from seqlab.viz import live
+
+    class Closable:
+        model_id = "a" * 32
+        closed = False
+
+        def close(self):
+            self.closed = True
+
+    widget = Closable()
+    live._close_widget(widget)
+    assert widget.closed
+    comm_logger = logging.getLogger("Comm")
+
+    def record(comm_id):
+        return logging.LogRecord("Comm", logging.WARNING, __file__, 1, "No such comm: %s", (comm_id,), None)
+
+    assert not all(f.filter(record("a" * 32)) for f in comm_logger.filters)      # ours: dropped
+    assert all(f.filter(record("b" * 32)) for f in comm_logger.filters)          # anyone else's: kept

@@ -23,6 +23,7 @@ JavaScript bundle, about 5 MB, in a notebook's saved widget state).
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Sequence
 
@@ -51,6 +52,32 @@ def _figure_widget_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+# Widgets this module closed. When the kernel closes a widget's comm, JupyterLab answers with a comm
+# message of its own for it (and may still send plotly's last relayout); the kernel, which no longer knows
+# the comm, then logs "No such comm: <id>" into JupyterLab's log console. For the ids closed here that line
+# is expected and harmless (ipywidgets' maintainers, jupyter-widgets/ipywidgets#3525): it is dropped.
+_CLOSED_IDS: set[str] = set()
+
+
+class _ClosedCommEchoes(logging.Filter):
+    """Drops the comm package's "No such comm: <id>" warning for the widgets in :data:`_CLOSED_IDS` only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == "No such comm: %s" and record.args and record.args[0] in _CLOSED_IDS)
+
+
+_ECHO_FILTER = _ClosedCommEchoes()
+
+
+def _close_widget(widget) -> None:
+    """Close ``widget``'s comm; JupyterLab's answers for it are not logged as errors (see above)."""
+    comm_logger = logging.getLogger("Comm")           # comm.base_comm's logger, which ipykernel uses
+    if _ECHO_FILTER not in comm_logger.filters:
+        comm_logger.addFilter(_ECHO_FILTER)
+    _CLOSED_IDS.add(widget.model_id)
+    widget.close()
 
 
 def _mimebundle(fig: go.Figure) -> dict:
@@ -200,5 +227,5 @@ class LivePlot:
         if self._handle is not None:
             self._handle.update(_mimebundle(fig), raw=True)
         if self.widget is not None:
-            self.widget.close()
+            _close_widget(self.widget)
             self.widget = None
