@@ -1,0 +1,150 @@
+"""The decoding protocol (design.md §3, issue 17): ``init_state`` / ``prefill`` / ``step`` / ``state_size``.
+
+Every check compares a model against its own parallel ``forward`` (random weights, lengths that are not
+powers of two): ``forward(x)`` == ``prefill(x[:, :P])`` then ``step`` == ``step`` from ``init_state``;
+``prefill(b, prefill(a)[1])`` == ``prefill(a + b)``; rows of a batch are independent; bad input raises.
+"""
+import pytest
+import torch
+
+from helpers import check
+from seqlab import models
+
+VOCAB, B, L, P = 13, 3, 37, 20
+
+CONFIGS = {
+    "gateloop": dict(d_model=8, n_layers=2, n_heads=4, d_qk=8, d_v=12, d_ff=16),
+}
+TOL = {torch.float64: 1e-9, torch.float32: 1e-4}
+
+
+def _lm(name, dtype=torch.float64, **kw):
+    """A language model with random weights (every parameter perturbed, so no path is trivially exact)."""
+    torch.manual_seed(1)
+    model = models.build(name, vocab_size=VOCAB, **{**CONFIGS[name], **kw}).to(dtype).eval()
+    with torch.no_grad():
+        for prm in model.parameters():
+            prm.add_(0.3 * torch.randn_like(prm))
+    return model
+
+
+def _tokens(batch=B, length=L, seed=2):
+    return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def _steps(model, tokens, state):
+    rows = []
+    for t in range(tokens.shape[1]):
+        logits, state = model.step(tokens[:, t], state)
+        rows.append(logits)
+    return torch.stack(rows, 1), state
+
+
+def _floats(state) -> int:
+    """Floats held per sequence in a model state (complex = two)."""
+    total = 0
+    for block in state["blocks"]:
+        for t in (block if isinstance(block, (tuple, list)) else (block,)):
+            total += t[0].numel() * (2 if t.is_complex() else 1)
+    return total
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_prefill_and_step_equal_forward(name, dtype):
+    model, x = _lm(name, dtype), _tokens()
+    with torch.no_grad():
+        ref = model(x)
+        head, state = model.prefill(x[:, :P])
+        tail, _ = _steps(model, x[:, P:], state)
+        alone, _ = _steps(model, x, model.init_state(B))
+    assert head.shape == (B, P, VOCAB) and tail.shape == (B, L - P, VOCAB)
+    check(torch.cat([head, tail], 1), ref, TOL[dtype], f"{name} prefill + step")
+    check(alone, ref, TOL[dtype], f"{name} step from init_state")
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_prefill_with_a_state_continues_it(name):
+    """prefill(a) then prefill(b, state) == prefill(a + b): the cached state is not dropped (HF PR #45513)."""
+    model, x = _lm(name), _tokens()
+    with torch.no_grad():
+        whole, s_whole = model.prefill(x)
+        first, s = model.prefill(x[:, :11])
+        second, s = model.prefill(x[:, 11:], s)
+        nxt_whole, _ = model.step(x[:, 0], s_whole)
+        nxt, _ = model.step(x[:, 0], s)
+    check(torch.cat([first, second], 1), whole, 1e-9, f"{name} prefill in two parts")
+    check(nxt, nxt_whole, 1e-9, f"{name} step after the two prefills")
+    assert s["t"] == s_whole["t"] == L
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_sequences_of_a_batch_stay_independent(name):
+    model, x = _lm(name), _tokens()
+    y = x.clone()
+    y[1] = (x[1] + 1) % VOCAB                            # another prompt in row 1 only
+    with torch.no_grad():
+        out_x, s_x = model.prefill(x[:, :P])
+        out_y, s_y = model.prefill(y[:, :P])
+        step_x, _ = _steps(model, x[:, P:], s_x)
+        step_y, _ = _steps(model, y[:, P:], s_y)
+        single, s1 = model.prefill(x[2:, :P])            # row 2 decoded on its own
+        single_step, _ = _steps(model, x[2:, P:], s1)
+    assert not torch.allclose(out_x[1], out_y[1])
+    for r in (0, 2):
+        check(out_y[r], out_x[r], 1e-12, f"{name} prefill row {r}")
+        check(step_y[r], step_x[r], 1e-12, f"{name} step row {r}")
+    check(single, out_x[2:], 1e-9, f"{name} row 2 alone (prefill)")
+    check(single_step, step_x[2:], 1e-9, f"{name} row 2 alone (step)")
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_state_size_counts_the_state(name):
+    model, x = _lm(name), _tokens(batch=2)
+    with torch.no_grad():
+        for t in (0, 5, 19):
+            _, state = model.prefill(x[:, :t]) if t else (None, model.init_state(2))
+            assert model.state_size(t) == _floats(state), f"{name}: state_size({t})"
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_bad_input_is_refused(name):
+    model, x = _lm(name), _tokens()
+    state = model.init_state(B)
+    with pytest.raises(ValueError, match="tokens_t"):
+        model.step(torch.full((B,), VOCAB), state)       # a token outside the vocabulary
+    with pytest.raises(ValueError, match="tokens"):
+        model.prefill(x.masked_fill(x == 3, -1), state)
+    with pytest.raises(ValueError, match="state"):
+        model.step(x[:2, 0], state)                      # a state for another batch size
+    with pytest.raises(ValueError, match="state"):
+        model.prefill(x, model.init_state(B + 1))
+    other = next(n for n in ["linear-causalrn", "gateloop"] if n != name)
+    foreign = models.build(other, vocab_size=VOCAB, d_model=8, n_layers=1).double().init_state(B)
+    with pytest.raises(ValueError, match="state"):
+        model.step(x[:, 0], foreign)                     # a state from another model
+    with pytest.raises(ValueError, match="batch"):
+        model.init_state(0)
+    clf = models.build(name, vocab_size=VOCAB, num_classes=3, **CONFIGS[name])
+    with pytest.raises(ValueError, match="language model"):
+        clf.init_state(1)
+
+
+@pytest.mark.parametrize("mode", ["recurrent", "associative", "chunked", "attention", "numba", "triton"])
+def test_gateloop_prefill_uses_the_ops_final_state_in_every_mode(mode):
+    """The GateLoop op's ``h0`` / ``return_state`` in each mode carry the prompt's state into decoding."""
+    if mode == "numba":
+        pytest.importorskip("numba")
+    if mode == "triton":
+        pytest.importorskip("triton")
+    ref_model, x = _lm("gateloop", mode="recurrent"), _tokens(length=13)
+    model = _lm("gateloop", mode=mode)
+    model.load_state_dict(ref_model.state_dict())
+    with torch.no_grad():
+        ref = ref_model(x)
+        a, s = model.prefill(x[:, :5])
+        b, s = model.prefill(x[:, 5:], s)
+        _, s_ref = _steps(ref_model, x, ref_model.init_state(B))
+    check(torch.cat([a, b], 1), ref, 1e-9, f"gateloop mode={mode}")
+    for S, S_ref in zip(s["blocks"], s_ref["blocks"]):
+        check(S, S_ref, 1e-9, f"gateloop mode={mode} final state")
