@@ -14,6 +14,8 @@ VOCAB, B, L, P = 13, 3, 37, 20
 
 CONFIGS = {
     "gateloop": dict(d_model=8, n_layers=2, n_heads=4, d_qk=8, d_v=12, d_ff=16),
+    "transformer": dict(d_model=8, n_layers=2, n_heads=2, mlp_ratio=2.0, max_len=64),
+    "linear-transformer": dict(d_model=8, n_layers=2, n_heads=2, mlp_ratio=2.0, max_len=64),
 }
 TOL = {torch.float64: 1e-9, torch.float32: 1e-4}
 
@@ -148,3 +150,37 @@ def test_gateloop_prefill_uses_the_ops_final_state_in_every_mode(mode):
     check(torch.cat([a, b], 1), ref, 1e-9, f"gateloop mode={mode}")
     for S, S_ref in zip(s["blocks"], s_ref["blocks"]):
         check(S, S_ref, 1e-9, f"gateloop mode={mode} final state")
+
+
+@pytest.mark.parametrize("mode", ["quadratic", "chunked", "numba", "triton"])
+def test_linear_transformer_prefill_in_every_mode(mode):
+    """Its prefill runs GateLoop's recurrence with a = 1 from h0 = [S | z] (the Numba loop or Triton where asked)."""
+    pytest.importorskip({"numba": "numba", "triton": "triton"}.get(mode, "torch"))
+    model, x = _lm("linear-transformer", mode=mode), _tokens(length=13)
+    with torch.no_grad():
+        ref = model(x)
+        a, s = model.prefill(x[:, :6])
+        b, s = model.prefill(x[:, 6:], s)
+        c, s_steps = _steps(model, x, model.init_state(B))
+    check(torch.cat([a, b], 1), ref, 1e-9, f"linear-transformer mode={mode}")
+    check(c, ref, 1e-9, f"linear-transformer mode={mode} steps")
+    for S, S_ref in zip(s["blocks"], s_steps["blocks"]):
+        check(S, S_ref, 1e-9, f"linear-transformer mode={mode} final state")
+
+
+@pytest.mark.parametrize("name", ["transformer", "linear-transformer"])
+def test_learned_positions_bound_the_decoded_length(name):
+    model, x = _lm(name, max_len=40), _tokens()
+    with torch.no_grad():
+        _, state = model.prefill(x)                      # 37 of 40 positions
+        _, state = model.prefill(x[:, :3], state)        # 40: the last one
+        with pytest.raises(ValueError, match="max_len=40"):
+            model.step(x[:, 0], state)
+    assert model.state_size(40) == (2 * 8 * 2 * 40 if name == "transformer" else model.state_size(1))
+
+
+def test_transformer_kv_cache_grows_and_the_linear_states_do_not():
+    sizes = {n: [_lm(n).state_size(t) for t in (1, 100, 1000)] for n in CONFIGS}
+    assert sizes["transformer"] == [2 * 8 * 2 * t for t in (1, 100, 1000)]   # K and V, d_model each, 2 layers
+    for n in ("gateloop", "linear-transformer"):
+        assert len(set(sizes[n])) == 1 and sizes[n][0] > 0, n
