@@ -9,6 +9,7 @@ import torch
 
 from helpers import check
 from seqlab import models
+from seqlab.models.decoding import _tensors
 
 VOCAB, B, L, P = 13, 3, 37, 20
 
@@ -16,6 +17,8 @@ CONFIGS = {
     "gateloop": dict(d_model=8, n_layers=2, n_heads=4, d_qk=8, d_v=12, d_ff=16),
     "transformer": dict(d_model=8, n_layers=2, n_heads=2, mlp_ratio=2.0, max_len=64),
     "linear-transformer": dict(d_model=8, n_layers=2, n_heads=2, mlp_ratio=2.0, max_len=64),
+    "causalrn": dict(d_model=8, n_layers=2, max_len=64),
+    "linear-causalrn": dict(d_model=8, n_layers=2, max_len=64),
 }
 TOL = {torch.float64: 1e-9, torch.float32: 1e-4}
 
@@ -44,11 +47,7 @@ def _steps(model, tokens, state):
 
 def _floats(state) -> int:
     """Floats held per sequence in a model state (complex = two)."""
-    total = 0
-    for block in state["blocks"]:
-        for t in (block if isinstance(block, (tuple, list)) else (block,)):
-            total += t[0].numel() * (2 if t.is_complex() else 1)
-    return total
+    return sum(t[0].numel() * (2 if t.is_complex() else 1) for t in _tensors(state["blocks"]))
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -182,5 +181,6 @@ def test_learned_positions_bound_the_decoded_length(name):
 def test_transformer_kv_cache_grows_and_the_linear_states_do_not():
     sizes = {n: [_lm(n).state_size(t) for t in (1, 100, 1000)] for n in CONFIGS}
     assert sizes["transformer"] == [2 * 8 * 2 * t for t in (1, 100, 1000)]   # K and V, d_model each, 2 layers
-    for n in ("gateloop", "linear-transformer"):
+    assert sizes["causalrn"] == [2 * 8 * t for t in (1, 100, 1000)]      # every past p_i (quadratic CausalRN)
+    for n in ("gateloop", "linear-transformer", "linear-causalrn"):
         assert len(set(sizes[n])) == 1 and sizes[n][0] > 0, n
