@@ -284,7 +284,8 @@ class LinearTransformerBlock(_AttentionBlock):
         return _divide(y[..., :-1], y[..., -1], _EPS), state
 
     def step(self, x_t: torch.Tensor, state):
-        """One token: ``[S | z] += phi(k_t) [v_t | 1]``, ``y_t = phi(q_t) S / (phi(q_t) . z)`` (Katharopoulos eq. 18-20)."""
+        """One token (Katharopoulos et al. 2020, eq. 18-20): ``[S | z] += phi(k_t) [v_t | 1]``,
+        ``y_t = phi(q_t) S / (phi(q_t) . z)``."""
         q, k, v = (t[:, :, 0] for t in self.heads_qkv(self.norm1(x_t[:, None])))   # (B, H, d)
         fq, fk = elu_feature_map(q), elu_feature_map(k)
         ve = torch.cat([v, v.new_ones(*v.shape[:-1], 1)], dim=-1)

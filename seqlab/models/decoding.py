@@ -95,7 +95,8 @@ class DecodingModel(SequenceModel):
         work per token for the linear families, O(t) for attention with a KV cache."""
         self._check_decoder("step")
         if not isinstance(tokens_t, torch.Tensor) or tokens_t.dim() != 1:
-            raise ValueError(f"tokens_t: expected integer tokens of shape (B,), got {getattr(tokens_t, 'shape', tokens_t)!r}")
+            got = getattr(tokens_t, "shape", tokens_t)
+            raise ValueError(f"tokens_t: expected integer tokens of shape (B,), got {got!r}")
         self.check_tokens(tokens_t[:, None], "tokens_t")
         self.check_state(state, tokens_t.shape[0])
         t = state["t"]
