@@ -19,6 +19,7 @@ CONFIGS = {
     "linear-transformer": dict(d_model=8, n_layers=2, n_heads=2, mlp_ratio=2.0, max_len=64),
     "causalrn": dict(d_model=8, n_layers=2, max_len=64),
     "linear-causalrn": dict(d_model=8, n_layers=2, max_len=64),
+    "lightnet": dict(d_model=8, n_layers=2, n_heads=2, tpe_dim=3, lrpe_base=7.0),
 }
 TOL = {torch.float64: 1e-9, torch.float32: 1e-4}
 
@@ -182,5 +183,26 @@ def test_transformer_kv_cache_grows_and_the_linear_states_do_not():
     sizes = {n: [_lm(n).state_size(t) for t in (1, 100, 1000)] for n in CONFIGS}
     assert sizes["transformer"] == [2 * 8 * 2 * t for t in (1, 100, 1000)]   # K and V, d_model each, 2 layers
     assert sizes["causalrn"] == [2 * 8 * t for t in (1, 100, 1000)]      # every past p_i (quadratic CausalRN)
-    for n in ("gateloop", "linear-transformer", "linear-causalrn"):
+    for n in ("gateloop", "linear-transformer", "linear-causalrn", "lightnet"):
         assert len(set(sizes[n])) == 1 and sizes[n][0] > 0, n
+
+
+@pytest.mark.parametrize("mode", ["recurrent", "parallel", "chunked", "numba"])
+@pytest.mark.parametrize("variant", [dict(), dict(decay="multiplicative"), dict(decay="none"), dict(share=False),
+                                     dict(lrpe=False, tpe=False)])
+def test_lightnet_variants_decode_in_every_mode(variant, mode):
+    """LightNet's prefill is decay_attention from h0 (its state (kv, log s) or kv) with LRPE phases from the
+    position t; each ablation switch and mode gives its forward in parts and token by token."""
+    if mode == "numba":
+        pytest.importorskip("numba")
+    model, x = _lm("lightnet", mode=mode, **variant), _tokens(length=29)
+    with torch.no_grad():
+        ref = model(x)
+        a, s = model.prefill(x[:, :9])
+        b, s = model.prefill(x[:, 9:], s)
+        c, s_steps = _steps(model, x, model.init_state(B))
+    check(torch.cat([a, b], 1), ref, 1e-9, f"lightnet {variant} mode={mode} prefill in two parts")
+    check(c, ref, 1e-9, f"lightnet {variant} mode={mode} steps")
+    for S, S_ref in zip(_tensors(s["blocks"]), _tensors(s_steps["blocks"])):
+        check(S, S_ref, 1e-9, f"lightnet {variant} mode={mode} final state")
+    assert model.state_size(29) == _floats(s)
