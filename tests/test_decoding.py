@@ -19,6 +19,7 @@ CONFIGS = {
     "linear-transformer": dict(d_model=8, n_layers=2, n_heads=2, mlp_ratio=2.0, max_len=64),
     "causalrn": dict(d_model=8, n_layers=2, max_len=64),
     "linear-causalrn": dict(d_model=8, n_layers=2, max_len=64),
+    "lrnn": dict(d_model=8, n_layers=2, r_min=0.5, r_max=0.95),
     "lightnet": dict(d_model=8, n_layers=2, n_heads=2, tpe_dim=3, lrpe_base=7.0),
 }
 TOL = {torch.float64: 1e-9, torch.float32: 1e-4}
@@ -183,7 +184,7 @@ def test_transformer_kv_cache_grows_and_the_linear_states_do_not():
     sizes = {n: [_lm(n).state_size(t) for t in (1, 100, 1000)] for n in CONFIGS}
     assert sizes["transformer"] == [2 * 8 * 2 * t for t in (1, 100, 1000)]   # K and V, d_model each, 2 layers
     assert sizes["causalrn"] == [2 * 8 * t for t in (1, 100, 1000)]      # every past p_i (quadratic CausalRN)
-    for n in ("gateloop", "linear-transformer", "linear-causalrn", "lightnet"):
+    for n in ("gateloop", "linear-transformer", "linear-causalrn", "lightnet", "lrnn"):
         assert len(set(sizes[n])) == 1 and sizes[n][0] > 0, n
 
 
@@ -206,3 +207,30 @@ def test_lightnet_variants_decode_in_every_mode(variant, mode):
     for S, S_ref in zip(_tensors(s["blocks"]), _tensors(s_steps["blocks"])):
         check(S, S_ref, 1e-9, f"lightnet {variant} mode={mode} final state")
     assert model.state_size(29) == _floats(s)
+
+
+@pytest.mark.parametrize("mode", ["sequential", "doubling", "associative", "blocked", "numba"])
+def test_lrnn_prefill_is_one_scan_from_the_state_in_every_mode(mode):
+    """lrnn's state is h̄_t (complex), from the trained h̄_0; prefill is linear_scan(h0=state) in the model's mode."""
+    if mode == "numba":
+        pytest.importorskip("numba")
+    model, x = _lm("lrnn", mode=mode), _tokens(length=29)
+    with torch.no_grad():
+        ref = model(x)
+        a, s = model.prefill(x[:, :10])
+        b, s = model.prefill(x[:, 10:], s)
+        c, s_steps = _steps(model, x, model.init_state(B))
+        h0 = model.init_state(B)["blocks"][0]
+    check(torch.cat([a, b], 1), ref, 1e-9, f"lrnn mode={mode} prefill in two parts")
+    check(c, ref, 1e-9, f"lrnn mode={mode} steps")
+    for S, S_ref in zip(s["blocks"], s_steps["blocks"]):
+        check(S, S_ref, 1e-9, f"lrnn mode={mode} final state")
+    assert h0.is_complex() and h0.abs().min() > 0                       # the trained h̄_0, not zeros
+    check(h0[0], model.blocks[0].lrnn1.h0(), 1e-15, "init_state is h̄_0")
+
+
+def test_fst_does_not_decode():
+    model = models.build("fst", vocab_size=VOCAB, seq_len=8, d_model=8, n_layers=1)
+    assert not hasattr(model, "init_state")
+    with pytest.raises(NotImplementedError, match="FSTBlock"):
+        model.blocks[0].init_state(1)

@@ -97,7 +97,8 @@ def _flip(t):
 
 
 def decay_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, decay: str = "additive",
-                    log_decay: torch.Tensor | None = None, causal: bool = True, mode: str = "auto", h0=None, return_state: bool = False):
+                    log_decay: torch.Tensor | None = None, causal: bool = True, mode: str = "auto", h0=None,
+                    return_state: bool = False):
     """LightNet attention before its norm and gate: ``(..., L, dk), (..., L, dk), (..., L, dv) -> (..., L, dv)``.
 
     ``decay``:
