@@ -483,3 +483,17 @@ def test_empty_part_keeps_the_state_and_gradients_reach_h0():
     kv0 = s[0].clone().requires_grad_()
     torch.autograd.gradcheck(lambda kv: decay_attention(q[..., 5:, :], k[..., 5:, :], v[..., 5:, :],
                                                         mode="chunked", h0=(kv, s[1])), (kv0,))
+
+
+@pytest.mark.parametrize("mode", TORCH_MODES + ("numba",))
+def test_state_with_keys_of_plus_minus_50(mode):
+    """The state's log-normaliser keeps every exponent <= 0: keys of +-50, float32 in parts vs float64 whole."""
+    if mode == "numba":
+        pytest.importorskip("numba")
+    torch.manual_seed(12)
+    q, k, v = inputs(103, key_scale=50.0)
+    k = k.clamp(-50, 50)
+    ref = decay_attention(q.double(), k.double(), v.double(), mode="recurrent")
+    out, (kv, log_s) = _in_parts(q, k, v, None, [0, 13, 14, 103], "additive", mode)
+    check(out, ref.float(), 1e-5, f"additive {mode} keys +-50 in parts")
+    check(log_s, torch.logsumexp(k.double(), -2).float(), 1e-6, f"{mode} log s")
