@@ -25,6 +25,13 @@ def supports_streaming(model: nn.Module) -> bool:
     return callable(getattr(model, "init_state", None)) and callable(getattr(model, "step", None))
 
 
+def _fits(model: nn.Module, length: int) -> bool:
+    """Whether a context of ``length`` tokens fits the model's learned positions (past them, the rerun path
+    slides a window of ``max_len`` tokens, which a recurrent state cannot do)."""
+    max_len = getattr(model, "max_len", None)
+    return max_len is None or length <= max_len
+
+
 def sample_next(logits: torch.Tensor, *, temperature: float, top_k: int | None, generator: torch.Generator) -> torch.Tensor:
     """One token per row of ``logits`` (B, V): greedy at ``temperature == 0``, else softmax sampling
     of ``logits / temperature`` restricted to the ``top_k`` largest."""
@@ -65,7 +72,8 @@ def generate(model: nn.Module, prompt, max_new_tokens: int = 200, *, temperature
     ``prompt``: a string (ASCII-encoded, the ``text`` task's tokenizer; the result is a string with
     the prompt included) or token ids ``(L,)`` / ``(B, L)`` (the result is ids ``(B, L + new)``).
     ``temperature=0`` is greedy decoding; ``top_k`` keeps the k most likely tokens; ``seed`` makes
-    the samples reproducible. ``streaming``: ``None`` uses the model's step when it has one.
+    the samples reproducible. ``streaming``: ``None`` uses the model's step when it has one and the
+    whole output fits its ``max_len`` (else the rerun path, which slides a window).
     """
     if getattr(model, "num_classes", None) is not None:
         raise ValueError("model: generate needs a causal language model (built with num_classes=None)")
@@ -76,7 +84,8 @@ def generate(model: nn.Module, prompt, max_new_tokens: int = 200, *, temperature
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k: expected None or a positive int, got {top_k!r}")
     tokens, is_text = _prompt_tokens(prompt, model)
-    use_step = supports_streaming(model) if streaming is None else streaming
+    use_step = supports_streaming(model) and _fits(model, tokens.shape[1] + max_new_tokens) if streaming is None \
+        else streaming
     if use_step and not supports_streaming(model):
         raise ValueError(f"streaming=True: {type(model).__name__} has no init_state/step decoding protocol")
     device = next(model.parameters()).device

@@ -384,3 +384,116 @@ def test_additive_transitions_beyond_float64_range_use_the_log_domain(path, monk
     z = torch.logcumsumexp(d, 0)
     check(kbar, (d - z).exp(), 1e-12, "kbar, log domain")
     assert torch.isfinite(kbar).all() and torch.isfinite(a).all()
+
+
+# ---- h0 / return_state (issue 17): a sequence read in parts equals it read whole ------------------------
+
+STATE_CASES = [  # (decay, log_decay: None | "shared" (additive: the no-share ablation) | "channel" | "head")
+    ("additive", None), ("additive", "channel"), ("multiplicative", "channel"), ("multiplicative", "head"),
+    ("none", None),
+]
+
+
+def _state_inputs(decay, ld, L, seed, complex_=False):
+    torch.manual_seed(seed)
+    q, k, v = inputs(L, dk=6, dv=5, key_scale=4.0, complex_=complex_, dtype=torch.float64)
+    log_decay = None
+    if ld == "channel":
+        log_decay = log_decays(k) if decay == "multiplicative" else torch.randn_like(k) * 4
+    elif ld == "head":
+        log_decay = log_decays(k[..., :1])
+    return q, k, v, log_decay
+
+
+def _part(t, a, b):
+    return None if t is None else t[..., a:b, :]
+
+
+def _in_parts(q, k, v, log_decay, cuts, decay, mode, h0=None):
+    outs, state = [], h0
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        o, state = decay_attention(_part(q, a, b), _part(k, a, b), _part(v, a, b), decay=decay,
+                                   log_decay=_part(log_decay, a, b), mode=mode, h0=state, return_state=True)
+        outs.append(o)
+    return torch.cat(outs, -2), state
+
+
+@pytest.mark.parametrize("mode", TORCH_MODES + ("numba",))
+@pytest.mark.parametrize("decay,ld", STATE_CASES)
+@pytest.mark.parametrize("complex_", [False, True])
+def test_state_carries_a_sequence_read_in_parts(mode, decay, ld, complex_):
+    """o(a + b) == o(a) then o(b) from a's state (float64, 1e-9), on fresh inputs of awkward lengths; the
+    final state equals the one the whole sequence leaves, and a single token at a time gives the same."""
+    if mode == "numba":
+        pytest.importorskip("numba")
+    L = 53
+    q, k, v, log_decay = _state_inputs(decay, ld, L, seed=hash((mode, decay, ld, complex_)) % 1000,
+                                       complex_=complex_)
+    whole = decay_attention(q, k, v, decay=decay, log_decay=log_decay, mode=mode)
+    ref, state_whole = decay_attention(q, k, v, decay=decay, log_decay=log_decay, mode=mode, return_state=True)
+    check(ref, whole, 1e-9, f"{decay} {mode}: return_state changes nothing")
+    for cuts in ([0, 17, L], [0, 1, 2, 30, 31, L], [0, 0, 5, 5, L]):
+        out, state = _in_parts(q, k, v, log_decay, cuts, decay, mode)
+        check(out, whole, 1e-9, f"{decay} {mode} parts {cuts}")
+        for s, s_ref in zip(*(x if decay == "additive" else (x,) for x in (state, state_whole))):
+            check(s, s_ref, 1e-9, f"{decay} {mode} final state, parts {cuts}")
+    if mode == "recurrent":
+        steps, _ = _in_parts(q, k, v, log_decay, list(range(L + 1)), decay, mode)
+        check(steps, whole, 1e-9, f"{decay} one token at a time")
+
+
+def test_state_of_additive_decay_is_the_normalised_sum_and_its_log_normaliser():
+    """(kv, log s): kv = sum_s softmax_s(k) v_s^T per channel, log s = logsumexp(k) (eq. 7 unrolled)."""
+    q, k, v, _ = _state_inputs("additive", None, 23, seed=5)
+    _, (kv, log_s) = decay_attention(q, k, v, return_state=True)
+    check(log_s, torch.logsumexp(k, -2), 1e-12, "log s")
+    check(kv, torch.einsum("...ti,...tj->...ij", torch.softmax(k, -2), v), 1e-12, "kv")
+    _, kv_m = decay_attention(q, k, v, decay="none", return_state=True)
+    check(kv_m, k.transpose(-1, -2) @ v, 1e-12, "none: kv = K^T V")
+
+
+@pytest.mark.parametrize("mode", ["auto", "recurrent", "parallel", "chunked"])
+def test_non_causal_attention_has_no_state(mode):
+    q, k, v, _ = _state_inputs("additive", None, 9, seed=6)
+    with pytest.raises(NotImplementedError, match=f"causal=False, mode='{mode}'"):
+        decay_attention(q, k, v, causal=False, mode=mode, return_state=True)
+    _, s = decay_attention(q, k, v, return_state=True)
+    with pytest.raises(NotImplementedError, match="no state"):
+        decay_attention(q, k, v, causal=False, mode=mode, h0=s)
+
+
+def test_bad_states_are_named():
+    q, k, v, _ = _state_inputs("additive", None, 9, seed=7)
+    _, (kv, log_s) = decay_attention(q, k, v, return_state=True)
+    with pytest.raises(ValueError, match="pair"):
+        decay_attention(q, k, v, h0=kv)
+    with pytest.raises(ValueError, match="log_s"):
+        decay_attention(q, k, v, h0=(kv, log_s[..., :1]))
+    with pytest.raises(ValueError, match="kv"):
+        decay_attention(q, k, v, decay="none", h0=kv[..., :2])
+    with pytest.raises(FloatingPointError, match="h0"):
+        decay_attention(q, k, v, h0=(kv * torch.nan, log_s))
+
+
+def test_empty_part_keeps_the_state_and_gradients_reach_h0():
+    q, k, v, _ = _state_inputs("additive", None, 12, seed=8)
+    _, s = decay_attention(q[..., :5, :], k[..., :5, :], v[..., :5, :], return_state=True)
+    o, s2 = decay_attention(q[..., :0, :], k[..., :0, :], v[..., :0, :], h0=s, return_state=True)
+    assert o.shape == (2, 3, 0, 5) and s2[0] is s[0] and s2[1] is s[1]
+    kv0 = s[0].clone().requires_grad_()
+    torch.autograd.gradcheck(lambda kv: decay_attention(q[..., 5:, :], k[..., 5:, :], v[..., 5:, :],
+                                                        mode="chunked", h0=(kv, s[1])), (kv0,))
+
+
+@pytest.mark.parametrize("mode", TORCH_MODES + ("numba",))
+def test_state_with_keys_of_plus_minus_50(mode):
+    """The state's log-normaliser keeps every exponent <= 0: keys of +-50, float32 in parts vs float64 whole."""
+    if mode == "numba":
+        pytest.importorskip("numba")
+    torch.manual_seed(12)
+    q, k, v = inputs(103, key_scale=50.0)
+    k = k.clamp(-50, 50)
+    ref = decay_attention(q.double(), k.double(), v.double(), mode="recurrent")
+    out, (kv, log_s) = _in_parts(q, k, v, None, [0, 13, 14, 103], "additive", mode)
+    check(out, ref.float(), 1e-5, f"additive {mode} keys +-50 in parts")
+    check(log_s, torch.logsumexp(k.double(), -2).float(), 1e-6, f"{mode} log s")

@@ -92,3 +92,21 @@ def test_triton_keys_of_80_forward_and_backward():
     check(decay_attention(q, k, v, mode="triton"), decay_attention_reference(q, k, v), 1e-5, "keys +-80")
     for name, g, r in zip("qkv", got, want):
         check(g, r, 1e-5, f"keys +-80 d{name}")
+
+
+@pytest.mark.parametrize("decay", ["additive", "multiplicative", "none"])
+def test_triton_state_carries_a_sequence_read_in_parts(decay):
+    """h0 / return_state on the Triton kernels (fed log a from the state's log-normaliser): a + b == a then b."""
+    torch.manual_seed(11)
+    q, k, v = inputs(37, dk=6, dv=5, key_scale=4.0, dtype=torch.float64)
+    ld = torch.rand_like(k) * 3 if decay == "multiplicative" else None
+    part = lambda t, a, b: None if t is None else t[..., a:b, :]  # noqa: E731
+    whole, s_whole = decay_attention(q, k, v, decay=decay, log_decay=ld, mode="recurrent", return_state=True)
+    outs, s = [], None
+    for a, b in ((0, 13), (13, 14), (14, 37)):
+        o, s = decay_attention(part(q, a, b), part(k, a, b), part(v, a, b), decay=decay, log_decay=part(ld, a, b),
+                               mode="triton", h0=s, return_state=True)
+        outs.append(o)
+    check(torch.cat(outs, -2), whole, 1e-9, f"triton {decay} in parts")
+    for x, y in zip(*((t if decay == "additive" else (t,)) for t in (s, s_whole))):
+        check(x, y, 1e-9, f"triton {decay} final state")

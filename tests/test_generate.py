@@ -82,3 +82,26 @@ def test_sampling_module_and_the_generate_function_do_not_collide():
 
     assert callable(seqlab.generate) and seqlab.generate is seqlab.sampling.generate
     assert type(seqlab.sampling) is type(pytest)          # a plain module, no class swapped in
+
+
+@pytest.mark.parametrize("name", ["transformer", "gateloop"])
+def test_new_decoders_sample_like_the_rerun_path(name):
+    """Models that gained init_state/step stream by default and sample the rerun path's tokens (float64)."""
+    torch.manual_seed(0)
+    model = models.build(name, vocab_size=20, d_model=8, n_layers=2).double()
+    assert supports_streaming(model)
+    prompt = torch.randint(0, 20, (2, 5))
+    a = seqlab.generate(model, prompt, 12, temperature=1.0, seed=3)
+    b = seqlab.generate(model, prompt, 12, temperature=1.0, seed=3, streaming=False)
+    assert torch.equal(a, b)
+
+
+def test_a_context_past_max_len_falls_back_to_the_sliding_window():
+    """The Transformer's learned positions end at max_len: past it generate reruns a window, as before."""
+    torch.manual_seed(0)
+    model = models.build("transformer", vocab_size=20, d_model=8, n_layers=1, max_len=8)
+    prompt = torch.randint(0, 20, (1, 5))
+    out = seqlab.generate(model, prompt, 6, temperature=0)
+    assert out.shape == (1, 11)
+    for t in range(5, 11):
+        assert torch.equal(out[:, t], model(out[:, max(0, t - 8):t])[:, -1].argmax(-1)), f"token {t}"

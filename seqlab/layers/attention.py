@@ -31,6 +31,7 @@ from seqlab.ops._checks import check_mode, check_tensor
 __all__ = ["elu_feature_map", "linear_attention", "MLP", "TransformerBlock", "LinearTransformerBlock"]
 
 LINEAR_ATTENTION_MODES = ("auto", "quadratic", "cumsum", "chunked", "numba", "triton")
+_EPS = 1e-6   # the floor of the normaliser phi(q_i) . z_i
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -108,7 +109,7 @@ def _auto_mode(causal: bool, device: torch.device) -> str:
 
 
 def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True,
-                     mode: str = "auto", feature_map=elu_feature_map, eps: float = 1e-6,
+                     mode: str = "auto", feature_map=elu_feature_map, eps: float = _EPS,
                      chunk: int = 64) -> torch.Tensor:
     """Linear attention of Katharopoulos et al. 2020: ``q, k: (..., L, d)``, ``v: (..., L, e)`` -> ``(..., L, e)``.
 
@@ -188,10 +189,32 @@ class _AttentionBlock(nn.Module):
         check_tensor("x", x, ndim=3)
         if x.shape[-1] != self.d_model:
             raise ValueError(f"x: expected last dimension d_model={self.d_model}, got shape {tuple(x.shape)}")
+        return self._around(self.mix(*self.heads_qkv(self.norm1(x))), x)
+
+    def _around(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The rest of the block around the mixing ``y`` (B, H, L, d): output projection, residuals, MLP."""
         B, L, D = x.shape
-        y = self.mix(*self.heads_qkv(self.norm1(x)))       # (B, H, L, d)
         x = x + self.drop(self.out(y.transpose(1, 2).reshape(B, L, D)))
         return x + self.mlp(self.norm2(x))
+
+    # -- decoding (causal blocks): a subclass defines init_state, mix_cached and state_size ---------------
+    def _check_causal(self) -> None:
+        if not self.causal:
+            raise ValueError("init_state: a bidirectional block reads the whole sequence; only a causal block decodes")
+
+    def mix_cached(self, q, k, v, state):
+        """The mixing of new tokens ``q, k, v`` (B, H, P, d) after those the ``state`` holds: ``(y, state)``."""
+        raise NotImplementedError(f"{type(self).__name__} must define mix_cached(q, k, v, state)")
+
+    def prefill(self, x: torch.Tensor, state):
+        """``x`` (B, P, D) after the tokens ``state`` holds, in one parallel pass: ``(y, state)``."""
+        y, state = self.mix_cached(*self.heads_qkv(self.norm1(x)), state)
+        return self._around(y, x), state
+
+    def step(self, x_t: torch.Tensor, state):
+        """One token ``x_t`` (B, D): ``(y_t, state)``."""
+        y, state = self.prefill(x_t[:, None], state)
+        return y[:, 0], state
 
 
 class TransformerBlock(_AttentionBlock):
@@ -200,6 +223,25 @@ class TransformerBlock(_AttentionBlock):
     def mix(self, q, k, v) -> torch.Tensor:
         p = self.dropout if self.training else 0.0
         return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal)
+
+    # -- decoding: the KV cache, (K, V) each (B, H, t, d) --------------------------------------------------
+    def init_state(self, batch: int, *, device=None, dtype=torch.float32):
+        self._check_causal()
+        empty = torch.zeros(batch, self.heads, 0, self.d_model // self.heads, device=device, dtype=dtype)
+        return empty, empty.clone()
+
+    def mix_cached(self, q, k, v, state):
+        """New queries attend to the cached keys and to the new ones up to themselves: query ``i`` (position
+        ``t0 + i``) sees keys ``j <= t0 + i``, the causal mask shifted by the ``t0`` cached tokens."""
+        K, V = torch.cat([state[0], k], dim=2), torch.cat([state[1], v], dim=2)
+        t0, P = state[0].shape[2], q.shape[2]
+        pos = torch.arange(t0 + P, device=q.device)
+        mask = pos[None, :] <= pos[t0:, None]                               # (P, t0 + P)
+        p = self.dropout if self.training else 0.0
+        return F.scaled_dot_product_attention(q, K, V, attn_mask=mask, dropout_p=p), (K, V)
+
+    def state_size(self, t: int) -> int:
+        return 2 * self.d_model * t                                         # a key and a value per token
 
     @torch.no_grad()
     def attention_matrix(self, x: torch.Tensor) -> torch.Tensor:
@@ -223,6 +265,37 @@ class LinearTransformerBlock(_AttentionBlock):
 
     def mix(self, q, k, v) -> torch.Tensor:
         return linear_attention(q, k, v, causal=self.causal, mode=self.mode, chunk=self.chunk)
+
+    # -- decoding: the RNN state [S | z] of §3.4, (B, H, d, e + 1): S_i = sum phi(k_j) v_j^T, z_i = sum phi(k_j) -----
+    def init_state(self, batch: int, *, device=None, dtype=torch.float32) -> torch.Tensor:
+        self._check_causal()
+        d = self.d_model // self.heads
+        return torch.zeros(batch, self.heads, d, d + 1, device=device, dtype=dtype)
+
+    def mix_cached(self, q, k, v, state):
+        """GateLoop's recurrence with ``a = 1`` started from ``h0 = [S | z]`` (a column of ones appended to ``v``
+        makes its last output column the normaliser ``phi(q_i) . z_i``); the op returns the final state."""
+        from seqlab.ops import gateloop
+
+        fq, fk = elu_feature_map(q), elu_feature_map(k)
+        ve = torch.cat([v, v.new_ones(*v.shape[:-1], 1)], dim=-1)
+        mode = self.mode if self.mode in ("numba", "triton") else "auto"
+        y, state = gateloop(fq, fk, ve, torch.ones_like(fk), h0=state, mode=mode, return_state=True)
+        return _divide(y[..., :-1], y[..., -1], _EPS), state
+
+    def step(self, x_t: torch.Tensor, state):
+        """One token (Katharopoulos et al. 2020, eq. 18-20): ``[S | z] += phi(k_t) [v_t | 1]``,
+        ``y_t = phi(q_t) S / (phi(q_t) . z)``."""
+        q, k, v = (t[:, :, 0] for t in self.heads_qkv(self.norm1(x_t[:, None])))   # (B, H, d)
+        fq, fk = elu_feature_map(q), elu_feature_map(k)
+        ve = torch.cat([v, v.new_ones(*v.shape[:-1], 1)], dim=-1)
+        state = state + fk[..., None] * ve[..., None, :]
+        y = torch.einsum("bhd,bhde->bhe", fq, state)
+        y = _divide(y[..., None, :-1], y[..., None, -1], _EPS)                          # (B, H, 1, e)
+        return self._around(y, x_t[:, None])[:, 0], state
+
+    def state_size(self, t: int) -> int:
+        return self.d_model * (self.d_model // self.heads + 1)
 
     @torch.no_grad()
     def attention_matrix(self, x: torch.Tensor) -> torch.Tensor:

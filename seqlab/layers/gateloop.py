@@ -71,14 +71,42 @@ class GateLoopTimeMixing(nn.Module):
         B, L, _ = x.shape
         return torch.sigmoid(self.gamma_fixed).expand(B, L, -1), self.theta_fixed.expand(B, L, -1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _qkva(self, x: torch.Tensor):
+        """``q, k, v, a`` of eq. 24-25 in heads, ``(B, H, L, d)``; ``a`` complex."""
         mag, phase = self.magnitude_phase(x)
         real = mag.dtype if mag.dtype in (torch.float32, torch.float64) else torch.float32
         a = torch.polar(mag.to(real), phase.to(real))                        # eq. 25, complex (B, L, d_qk)
-        q, k, v = self._heads(self.q(x)), self._heads(self.k(x)), self._heads(self.v(x))
-        y = gateloop(q, k, v, self._heads(a), mode=self.mode)               # (B, H, L, dv), complex
-        y = y.real.transpose(1, 2).reshape(x.shape[0], x.shape[1], self.d_v)  # real part (Appendix C)
+        return self._heads(self.q(x)), self._heads(self.k(x)), self._heads(self.v(x)), self._heads(a)
+
+    def _readout(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``y`` (B, H, L, dv) complex -> ``Linear_out(Re y)`` (B, L, d_model) (Appendix C)."""
+        y = y.real.transpose(1, 2).reshape(x.shape[0], x.shape[1], self.d_v)
         return self.out(y.to(x.dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._readout(gateloop(*self._qkva(x), mode=self.mode), x)
+
+    # -- decoding: the state is S_n of eq. 7, (B, H, dk, dv) complex --------------------------------------
+    def init_state(self, batch: int, *, device=None, dtype=torch.float32) -> torch.Tensor:
+        complex_dtype = torch.complex128 if dtype == torch.float64 else torch.complex64
+        H = self.heads
+        return torch.zeros(batch, H, self.d_qk // H, self.d_v // H, dtype=complex_dtype, device=device)
+
+    def prefill(self, x: torch.Tensor, S: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x`` (B, P, d_model) from the state ``S``: the op's parallel form started at ``h0 = S``, which also
+        returns ``S_P`` (every mode, the Numba loop and Triton included)."""
+        y, S = gateloop(*self._qkva(x), h0=S, mode=self.mode, return_state=True)
+        return self._readout(y, x), S
+
+    def step(self, x_t: torch.Tensor, S: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One token, ``x_t`` (B, d_model): ``S_n = diag(a_n) S_{n-1} + k_n^T v_n``, ``y_n = q_n S_n`` (eq. 7-8)."""
+        q, k, v, a = (t[:, :, 0] for t in self._qkva(x_t[:, None]))          # (B, H, d)
+        S = a.to(S.dtype)[..., None] * S + k[..., None] * v[..., None, :]
+        y = torch.einsum("bhd,bhde->bhe", q.to(S.dtype), S)
+        return self._readout(y[:, :, None], x_t[:, None])[:, 0], S
+
+    def state_size(self, t: int) -> int:
+        return 2 * self.d_qk * (self.d_v // self.heads)      # complex S: dk * dv per head, two floats each
 
 
 class GateLoopBlock(nn.Module):
@@ -97,3 +125,20 @@ class GateLoopBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.drop(self.time_mixing(self.norm1(x)))
         return x + self.drop(self.ffn(self.norm2(x)))
+
+    # -- decoding: the state is the time mixing's S; the rest is per token ---------------------------------
+    def init_state(self, batch: int, *, device=None, dtype=torch.float32) -> torch.Tensor:
+        return self.time_mixing.init_state(batch, device=device, dtype=dtype)
+
+    def prefill(self, x: torch.Tensor, S: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y, S = self.time_mixing.prefill(self.norm1(x), S)
+        x = x + self.drop(y)
+        return x + self.drop(self.ffn(self.norm2(x))), S
+
+    def step(self, x_t: torch.Tensor, S: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y, S = self.time_mixing.step(self.norm1(x_t), S)
+        x_t = x_t + self.drop(y)
+        return x_t + self.drop(self.ffn(self.norm2(x_t))), S
+
+    def state_size(self, t: int) -> int:
+        return self.time_mixing.state_size(t)

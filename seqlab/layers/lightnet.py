@@ -19,6 +19,7 @@ Ablation switches (Tables 1, 5-7): ``lrpe``, ``decay`` (``"additive"``; ``"none"
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -26,7 +27,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from seqlab.ops.decay import decay_attention
-from seqlab.ops.positional import md_lrpe, md_tpe
+from seqlab.ops.positional import md_lrpe as _md_lrpe
+from seqlab.ops.positional import md_tpe
 
 __all__ = ["MDTPE", "LightNetAttention", "GLU", "LightNetLayer"]
 
@@ -39,6 +41,19 @@ def _grid(shape, L: int) -> tuple[int, ...]:
         raise ValueError(f"tokens: this LightNet block was built for the grid {tuple(shape)} "
                          f"({math.prod(shape)} tokens), got a sequence of length {L}")
     return tuple(shape)
+
+
+def _lrpe_from(x: torch.Tensor, shape, *, base: float, start: int) -> torch.Tensor:
+    """``md_lrpe`` on 1-D positions ``start .. start + L - 1`` (decoding after ``start`` tokens): the phases
+    ``n theta_j`` and the real form ``[x cos(phi), x sin(phi)]`` computed as ``md_lrpe`` computes them."""
+    (L,) = shape
+    d = x.shape[-1]
+    real = torch.float64 if x.dtype in (torch.float64, torch.complex128) else torch.float32
+    theta = base ** (-2.0 * torch.arange(d, dtype=torch.float64, device=x.device) / d)
+    n = torch.arange(start, start + L, device=x.device).to(torch.float64)
+    phi = (n[:, None] * theta[None, :]).to(real)
+    cast = x.dtype if not x.is_complex() else real
+    return torch.cat([x * phi.cos().to(cast), x * phi.sin().to(cast)], dim=-1)
 
 
 class MDTPE(nn.Module):
@@ -64,6 +79,39 @@ class MDTPE(nn.Module):
         shape = _grid(self.shape, x.shape[-2])
         y = md_tpe(x, shape, self.decays.to(x.dtype)) / (len(shape) * self.e)
         return x + self.out(y)
+
+    # decoding (1-D, causal): the state is eq. 11's SSM state h_n = lambda h_{n-1} + x_n, (B, e * d)
+
+    def _check_1d(self) -> None:
+        if self.shape is not None:
+            raise ValueError(f"MD-TPE on the grid {self.shape} is not causal: only the 1-D TPE decodes")
+
+    def init_state(self, batch: int, *, device=None, dtype=torch.float32) -> torch.Tensor:
+        self._check_1d()
+        return torch.zeros(batch, self.e * self.out.in_features, device=device, dtype=dtype)
+
+    def prefill(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x`` (B, P, d) from the SSM state ``h``: one ``linear_scan`` started at ``h0 = h``, the 1-D eq. 11."""
+        from seqlab.ops.scan import linear_scan
+
+        self._check_1d()
+        B, P, d = x.shape
+        lam = self.decays.to(x.dtype).reshape(self.e * d)
+        if P == 0:
+            return x, h
+        xe = x[..., None, :].expand(B, P, self.e, d).reshape(B, P, self.e * d)    # one copy per exponential
+        hs = linear_scan(lam, xe, h0=h.to(x.dtype))
+        y = hs.reshape(B, P, self.e, d).sum(-2) / self.e
+        return x + self.out(y), hs[:, -1]
+
+    def step(self, x_t: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self._check_1d()
+        B, d = x_t.shape
+        h = self.decays.to(x_t.dtype).reshape(self.e * d) * h + x_t.repeat(1, self.e)   # h_n = lambda h_{n-1} + x_n
+        return x_t + self.out(h.reshape(B, self.e, d).sum(-2) / self.e), h
+
+    def state_size(self, t: int) -> int:
+        return self.e * self.out.in_features
 
 
 class LightNetAttention(nn.Module):
@@ -95,10 +143,17 @@ class LightNetAttention(nn.Module):
         B, L, _ = x.shape
         return x.view(B, L, self.n_heads, self.head_dim).transpose(1, 2)         # (B, H, L, dh)
 
-    def mixer_inputs(self, x: torch.Tensor):
-        """``(q, k, v, log_decay)`` exactly as passed to ``decay_attention`` (also used by ``seqlab.readout``)."""
+    def mixer_inputs(self, x: torch.Tensor, start: int = 0):
+        """``(q, k, v, log_decay)`` exactly as passed to ``decay_attention`` (also used by ``seqlab.readout``);
+        ``start``: the 1-D position of ``x[:, 0]`` (decoding: the tokens already read)."""
         L = x.shape[1]
         shape = _grid(self.shape, L)
+        if start:
+            if self.shape is not None:
+                raise ValueError(f"start: LightNet on the grid {self.shape} reads the whole grid at once")
+            md_lrpe = functools.partial(_lrpe_from, start=start)
+        else:
+            md_lrpe = _md_lrpe
         q = self.heads(F.silu(self.q(x)))                                        # phi = Swish     (B, H, L, dh)
         k, v = self.heads(self.k(x)), self.heads(self.v(x))
         ld = None
@@ -125,9 +180,46 @@ class LightNetAttention(nn.Module):
         B, L, D = x.shape
         q, k, v, ld = self.mixer_inputs(x)
         o = decay_attention(q, k, v, decay=self.decay, log_decay=ld, causal=self.causal, mode=self.mode)
+        return self._readout(o, x)
+
+    def _readout(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        B, L, D = x.shape
         o = o.transpose(1, 2).reshape(B, L, D)
         gate = torch.sigmoid(self.u2(self.u1(x)))                                # psi(U), U = X W_u1 W_u2
         return self.out(self.norm(o) * gate)
+
+    # decoding (causal, 1-D): the state is {"t": tokens read (the LRPE position), "decay": decay_attention's
+    # state}: additive (kv, log s) (B, H, dk, dh) and (B, H, dk); multiplicative / none kv (B, H, dk, dh),
+    # dk = 2 * head_dim with LRPE ([cos, sin] lanes), else head_dim
+
+    def _key_dim(self) -> int:
+        return 2 * self.head_dim if self.lrpe else self.head_dim
+
+    def init_state(self, batch: int, *, device=None, dtype=torch.float32) -> dict:
+        if not self.causal or self.shape is not None:
+            raise ValueError("LightNet attention decodes only causal and 1-D (build the language model)")
+        kv = torch.zeros(batch, self.n_heads, self._key_dim(), self.head_dim, device=device, dtype=dtype)
+        if self.decay != "additive":
+            return {"t": 0, "decay": kv}
+        log_s = torch.full((batch, self.n_heads, self._key_dim()), -torch.inf, device=device, dtype=dtype)
+        return {"t": 0, "decay": (kv, log_s)}
+
+    def prefill(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        """``x`` (B, P, D) at positions ``t .. t + P - 1`` from the decay state: one ``decay_attention`` started
+        at ``h0``, which returns the state after the prompt (its parallel form, every mode)."""
+        q, k, v, ld = self.mixer_inputs(x, start=state["t"])
+        o, s = decay_attention(q, k, v, decay=self.decay, log_decay=ld, causal=True, mode=self.mode,
+                               h0=state["decay"], return_state=True)
+        return self._readout(o, x), {"t": state["t"] + x.shape[1], "decay": s}
+
+    def step(self, x_t: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        """One token (B, D): eq. 7 (or eq. 2) once from the state, as ``decay_attention`` on a length-1 sequence."""
+        y, state = self.prefill(x_t[:, None], state)
+        return y[:, 0], state
+
+    def state_size(self, t: int) -> int:
+        dk = self._key_dim()
+        return self.n_heads * (dk * self.head_dim + (dk if self.decay == "additive" else 0))
 
 
 class GLU(nn.Module):
@@ -161,3 +253,19 @@ class LightNetLayer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.norm1(x))
         return x + self.glu(self.norm2(x))
+
+    def init_state(self, batch: int, *, device=None, dtype=torch.float32) -> dict:
+        return self.attn.init_state(batch, device=device, dtype=dtype)
+
+    def prefill(self, x: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        y, state = self.attn.prefill(self.norm1(x), state)
+        x = x + y
+        return x + self.glu(self.norm2(x)), state
+
+    def step(self, x_t: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+        y, state = self.attn.step(self.norm1(x_t), state)
+        x_t = x_t + y
+        return x_t + self.glu(self.norm2(x_t)), state
+
+    def state_size(self, t: int) -> int:
+        return self.attn.state_size(t)

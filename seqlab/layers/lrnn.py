@@ -135,6 +135,29 @@ class LRNN(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.states(x).real.to(x.dtype)
 
+    # decoding: the state is h̄_t, complex (B, d_state); before the first token the trained h̄_0
+
+    def init_state(self, batch: int, *, device=None, dtype=torch.float32) -> torch.Tensor:
+        h0 = self.h0().to(device=device, dtype=torch.complex128 if dtype == torch.float64 else torch.complex64)
+        return h0.expand(batch, self.d_state).clone()
+
+    def prefill(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x`` (B, P, d_in) from the state ``h``: one ``linear_scan`` started at ``h0 = h``; ``(y, h̄_P)``."""
+        if x.shape[1] == 0:
+            return x.new_zeros(*x.shape[:-1], self.d_state), h
+        u = torch.matmul(x.to(self.input_weight().dtype), self.input_weight())
+        hs = ops.linear_scan(self.lam(), u, h.to(u.dtype), mode=self.mode)
+        return hs.real.to(x.dtype), hs[:, -1]
+
+    def step(self, x_t: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One token (B, d_in): ``h̄_t = Λ h̄_{t-1} + W̄_in x_t``."""
+        w = self.input_weight()
+        h = self.lam().to(h.dtype) * h + torch.matmul(x_t.to(w.dtype), w).to(h.dtype)
+        return h.real.to(x_t.dtype), h
+
+    def state_size(self, t: int) -> int:
+        return 2 * self.d_state                              # complex: two floats each
+
 
 def _complex(re: torch.Tensor, im: torch.Tensor) -> torch.Tensor:
     """``re + i im``; half-precision planes make complex64 (there is no complex bfloat16)."""
@@ -168,6 +191,33 @@ class LRNNBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a1 = self.alpha1
         return (1 - a1) * x + a1 * self.sequence_half(x)
+
+    # decoding (seqlab.models.decoding): the state is LRNN1's h̄_t; the FST block's twisted half mixes
+    # positions through a fixed seq_len and does not decode token by token (it has no methods of its own here)
+
+    def init_state(self, batch: int, *, device=None, dtype=torch.float32) -> torch.Tensor:
+        self._check_decodes()
+        return self.lrnn1.init_state(batch, device=device, dtype=dtype)
+
+    def prefill(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self._check_decodes()
+        y, h = self.lrnn1.prefill(self.norm1(x), h)
+        a1 = self.alpha1
+        return (1 - a1) * x + a1 * self.mlp1(y), h
+
+    def step(self, x_t: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self._check_decodes()
+        y, h = self.lrnn1.step(self.norm1(x_t), h)
+        a1 = self.alpha1
+        return (1 - a1) * x_t + a1 * self.mlp1(y), h
+
+    def state_size(self, t: int) -> int:
+        return self.lrnn1.state_size(t)
+
+    def _check_decodes(self) -> None:
+        if type(self) is not LRNNBlock:
+            raise NotImplementedError(f"{type(self).__name__}: only the LRNN-only block decodes token by token "
+                                      "(the twisted half reads the whole fixed-length sequence)")
 
 
 class FSTBlock(LRNNBlock):

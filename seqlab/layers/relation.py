@@ -108,6 +108,10 @@ class RelationBlock(nn.Module):
             return relation_state(batch, self.d_hidden, dtype=dtype, device=device)
         return torch.zeros(batch, 0, self.d_hidden, dtype=dtype, device=device)   # past p_i (KV-cache-like)
 
+    def state_size(self, t: int) -> int:
+        """Floats per sequence after ``t`` tokens: the running log-sum (linear) or every past ``p_i``."""
+        return self.d_hidden if self.streams_in_constant_time else self.d_hidden * t
+
     def step(self, x_t: torch.Tensor, state):
         """One token: ``x_t`` (B, D) -> ``(y_t, new_state)``, equal to row t of ``forward``."""
         if x_t.dim() != 2 or x_t.shape[-1] != self.d_model:

@@ -6,11 +6,16 @@ learned positions (up to ``max_len`` tokens), built as a causal language model
 ``"last"``; ``causal=False`` makes a classifier bidirectional)::
 
     model = seqlab.models.build("transformer", vocab_size=30, d_model=64, n_layers=2, n_heads=4)
+
+A language model decodes with the protocol of ``seqlab.models.decoding``: the Transformer's state is its
+KV cache (``2 * d_model`` floats per token and layer), the Linear Transformer's the constant
+``[S | z]`` of its RNN form (Katharopoulos et al. 2020, §3.4).
 """
 from __future__ import annotations
 
 from seqlab.layers.attention import LinearTransformerBlock, TransformerBlock
 from seqlab.models.common import SequenceModel, scale_residual_init
+from seqlab.models.decoding import DecodingModel
 from seqlab.models.registry import register
 
 __all__ = ["build_transformer", "build_linear_transformer"]
@@ -46,7 +51,7 @@ def _stack(block_cls, *, vocab_size, num_classes, seq_len, d_model, n_layers, ma
     for block in blocks:  # output projections scaled by sqrt(#residual connections) (paper 001, App. D)
         scale_residual_init(block.out, 2 * n_layers)
         scale_residual_init(block.mlp.proj, 2 * n_layers)
-    return SequenceModel(vocab_size=vocab_size, d_model=d_model, blocks=blocks, num_classes=num_classes,
+    return DecodingModel(vocab_size=vocab_size, d_model=d_model, blocks=blocks, num_classes=num_classes,
                          seq_len=None, max_len=_max_len(max_len, seq_len), learned_positions=True,
                          pool=pool, causal=causal)
 

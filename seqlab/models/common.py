@@ -42,15 +42,15 @@ class SequenceModel(nn.Module):
     def is_language_model(self) -> bool:
         return self.num_classes is None
 
-    def check_tokens(self, tokens: torch.Tensor) -> None:
+    def check_tokens(self, tokens: torch.Tensor, name: str = "tokens") -> None:
         if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.is_floating_point() or tokens.is_complex():
             got = f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
-            raise ValueError(f"tokens: expected integer tokens of shape (B, L), got {got}")
+            raise ValueError(f"{name}: expected integer tokens of shape (B, L), got {got}")
         L = tokens.shape[1]
         if self.max_len is not None and L > self.max_len:
-            raise ValueError(f"tokens: length {L} exceeds this model's max_len={self.max_len}")
+            raise ValueError(f"{name}: length {L} exceeds this model's max_len={self.max_len}")
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
-            raise ValueError(f"tokens: ids must lie in [0, vocab_size={self.vocab_size}), got range "
+            raise ValueError(f"{name}: ids must lie in [0, vocab_size={self.vocab_size}), got range "
                              f"[{int(tokens.min())}, {int(tokens.max())}]")
 
     def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -6,11 +6,15 @@ Defaults are the Memory Horizon sizes of Appendix C.1: ``n_layers=4``, ``d_model
 model of the ablation (Fig. 6-7)::
 
     model = seqlab.models.build("gateloop", vocab_size=7, data_controlled=False)
+
+A language model decodes with the protocol of ``seqlab.models.decoding`` (``init_state`` / ``prefill`` /
+``step`` / ``state_size``); its state is each block's ``S_n`` (eq. 7), ``(B, H, dk, dv)`` complex.
 """
 from __future__ import annotations
 
 from seqlab.layers.gateloop import GateLoopBlock
 from seqlab.models.common import SequenceModel, scale_residual_init
+from seqlab.models.decoding import DecodingModel
 from seqlab.models.registry import register
 
 __all__ = ["build_gateloop"]
@@ -33,7 +37,7 @@ def build_gateloop(*, vocab_size: int, num_classes: int | None = None, seq_len: 
     for block in blocks:
         scale_residual_init(block.time_mixing.out, 2 * n_layers)
         scale_residual_init(block.ffn[2], 2 * n_layers)
-    model = SequenceModel(vocab_size=vocab_size, d_model=d_model, blocks=blocks, num_classes=num_classes,
+    model = DecodingModel(vocab_size=vocab_size, d_model=d_model, blocks=blocks, num_classes=num_classes,
                           seq_len=None, pool=pool, causal=True)
     model.data_controlled = data_controlled
     return model

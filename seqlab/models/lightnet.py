@@ -7,6 +7,11 @@ eq. 7); ``build("lightnet", vocab_size=V, num_classes=C, grid=(4, 4))`` a non-ca
 
 Ablation switches (Tables 1, 5-7): ``tpe``, ``lrpe``, ``decay`` (``"additive"`` | ``"none"`` |
 ``"multiplicative"``), ``share``, ``norm``, ``gate_rank``.
+
+A language model decodes with the protocol of ``seqlab.models.decoding`` (``init_state`` / ``prefill`` /
+``step`` / ``state_size``): per layer the state of ``decay_attention`` (additive: the normalised sum ``kv``
+and the log-normaliser ``log s``; eq. 7) and the position ``t`` that LRPE's phases start from; the 1-D
+TPE's SSM state ``(B, e * d)``. Constant in the length read.
 """
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import math
 
 from seqlab.layers.lightnet import LightNetLayer, MDTPE
 from seqlab.models.common import SequenceModel, scale_residual_init
+from seqlab.models.decoding import DecodingModel
 from seqlab.models.registry import register
 
 __all__ = ["build_lightnet", "infer_grid"]
@@ -60,7 +66,7 @@ def build_lightnet(*, vocab_size: int, num_classes: int | None = None, seq_len: 
         scale_residual_init(layer.attn.out, 2 * n_layers)
         scale_residual_init(layer.glu.w3, 2 * n_layers)
         blocks.append(layer)
-    model = SequenceModel(vocab_size=vocab_size, d_model=d_model, blocks=blocks, num_classes=num_classes,
+    model = DecodingModel(vocab_size=vocab_size, d_model=d_model, blocks=blocks, num_classes=num_classes,
                           seq_len=None, max_len=None if shape is None else math.prod(shape), pool=pool, causal=causal,
                           learned_positions=abs_pos and shape is not None)
     model.grid = shape

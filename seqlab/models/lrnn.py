@@ -14,6 +14,10 @@ embedding —
   causal model cannot see it; the logits of the ``L`` real positions are returned.
 
 A longer input is an error.
+
+An ``lrnn`` language model decodes with the protocol of ``seqlab.models.decoding`` (``init_state`` /
+``prefill`` / ``step`` / ``state_size``): its state is each block's complex ``h̄_t`` ``(B, d_hidden)``,
+starting at the trained ``h̄_0``; ``prefill`` is one ``linear_scan`` from it. ``fst`` does not decode.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import torch
 
 from seqlab.layers.lrnn import FSTBlock, LRNNBlock
 from seqlab.models.common import SequenceModel
+from seqlab.models.decoding import DecodingModel
 from seqlab.models.registry import register
 
 __all__ = ["FSTModel", "build_lrnn", "build_fst"]
@@ -63,7 +68,7 @@ def build_lrnn(*, vocab_size: int, num_classes: int | None = None, seq_len: int 
     _check_config(d_model, n_layers)
     blocks = [LRNNBlock(d_model, norm=norm, mode=mode, r_min=r_min, r_max=r_max, gamma_norm=gamma_norm)
               for _ in range(n_layers)]
-    return SequenceModel(vocab_size=vocab_size, d_model=d_model, blocks=blocks, num_classes=num_classes,
+    return DecodingModel(vocab_size=vocab_size, d_model=d_model, blocks=blocks, num_classes=num_classes,
                          seq_len=None, pool="last", causal=True, embed_std=1.0)
 
 

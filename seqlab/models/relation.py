@@ -10,46 +10,21 @@ Config: ``d_model`` (d_e), ``depth`` (blocks), ``activation``, ``pre_norm`` (``"
 "exact"``), ``post_norm`` (bool), ``state_expansion`` (d_h = state_expansion * d_e), ``max_len``
 (learned positions), ``embed_std`` (000 Appendix B: N(0, 1) token and position embeddings).
 
-Decoding protocol (used by ``seqlab.generate``): ``model.init_state(batch)`` and
-``model.step(tokens_t, state) -> (logits_t, state)`` with ``tokens_t`` of shape ``(B,)``.
+Decoding protocol (``seqlab.models.decoding``, used by ``seqlab.generate``): ``model.init_state(batch)``,
+``model.step(tokens_t, state) -> (logits_t, state)`` with ``tokens_t`` of shape ``(B,)``, ``prefill`` and
+``state_size`` (the blocks have no parallel form from a state yet: ``prefill`` steps through the prompt).
 """
 from __future__ import annotations
 
-import torch
-
 from seqlab.layers.relation import RelationBlock
-from seqlab.models.common import SequenceModel
+from seqlab.models.decoding import DecodingModel
 from seqlab.models.registry import register
 
 __all__ = ["RelationModel"]
 
 
-class RelationModel(SequenceModel):
-    """A ``SequenceModel`` of relation blocks, plus token-by-token decoding for causal stacks."""
-
-    def init_state(self, batch: int, *, device=None) -> dict:
-        if not self.is_language_model:
-            raise ValueError("init_state: only a causal language model (num_classes=None) decodes token by token")
-        device = device or self.embed.weight.device
-        dtype = self.embed.weight.dtype
-        return {"t": 0, "blocks": [b.init_state(batch, device=device, dtype=dtype) for b in self.blocks]}
-
-    def step(self, tokens_t: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
-        """``tokens_t`` (B,) at position ``state["t"]`` -> logits (B, vocab_size) and the new state."""
-        if not isinstance(tokens_t, torch.Tensor) or tokens_t.dim() != 1:
-            raise ValueError(f"tokens_t: expected integer tokens of shape (B,), got {getattr(tokens_t, 'shape', tokens_t)!r}")
-        t = state["t"]
-        if self.max_len is not None and t >= self.max_len:
-            raise ValueError(f"step: position {t} is beyond this model's max_len={self.max_len}")
-        self.check_tokens(tokens_t[:, None])
-        x = self.embed(tokens_t)
-        if self.pos is not None:
-            x = x + self.pos[:, t]
-        new_blocks = []
-        for block, s in zip(self.blocks, state["blocks"]):
-            x, s = block.step(x, s)
-            new_blocks.append(s)
-        return self.head(self.norm(x)), {"t": t + 1, "blocks": new_blocks}
+class RelationModel(DecodingModel):
+    """A ``DecodingModel`` of relation blocks: a causal stack decodes token by token (each block's state)."""
 
 
 def _build(*, vocab_size, num_classes, causal, mode, d_model=64, n_layers=2, activation="exp", pre_norm="none",

@@ -65,6 +65,7 @@ from seqlab.ops.decay.coefficients import decay_coefficients
 from seqlab.ops.decay.multiplicative import _multiplicative_causal, _multiplicative_recurrent, _none_noncausal
 from seqlab.ops.decay.on_gateloop import _causal_on_gateloop, gateloop_form
 from seqlab.ops.decay.reference import decay_attention_reference
+from seqlab.ops.decay.state import causal_with_state, check_state, empty_state
 
 __all__ = ["decay_attention", "decay_attention_reference", "decay_coefficients", "gateloop_form", "DECAY_KINDS",
            "DECAY_MODES"]
@@ -96,7 +97,8 @@ def _flip(t):
 
 
 def decay_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, decay: str = "additive",
-                    log_decay: torch.Tensor | None = None, causal: bool = True, mode: str = "auto") -> torch.Tensor:
+                    log_decay: torch.Tensor | None = None, causal: bool = True, mode: str = "auto", h0=None,
+                    return_state: bool = False):
     """LightNet attention before its norm and gate: ``(..., L, dk), (..., L, dk), (..., L, dv) -> (..., L, dv)``.
 
     ``decay``:
@@ -116,9 +118,17 @@ def decay_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, decay:
     ``chunked`` for multiplicative). ``q`` and ``v`` may be complex;
     ``k`` and ``log_decay`` are real. All modes are stable for keys of +-50 (exponents are differences
     of log-sums, never a raw ``exp(k)``).
+
+    ``h0`` / ``return_state`` (causal, every mode; see ``seqlab/ops/decay/state.py``): start from the state
+    ``h0`` and return ``(o, state)``, so that a sequence read in parts gives the output of reading it whole.
+    The state of additive decay is the pair ``(kv (..., dk, dv), log_s (..., dk))``: the normalised running
+    sum and the log of the running normaliser (``-inf`` before the first token); of multiplicative decay
+    and ``"none"``, ``kv (..., dk, dv)``. Non-causal attention has no state (``NotImplementedError``).
     """
     q, k, v, log_decay = _check_inputs(q, k, v, decay, log_decay)
     check_mode("decay_attention", mode, DECAY_MODES)
+    if h0 is not None or return_state:
+        return _decay_with_state(q, k, v, decay, log_decay, causal, mode, h0, return_state)
     check_finite_inputs("decay_attention", q=q, k=k, v=v, log_decay=log_decay)
     if decay == "multiplicative" and has_values(log_decay) and (log_decay < 0).any():
         raise ValueError(f"log_decay: multiplicative decay needs log_decay >= 0 (lambda = exp(-log_decay) <= 1), "
@@ -157,3 +167,29 @@ def decay_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, decay:
         if not causal:   # "2 scan": o_t = forward o_t + backward o_t (§3.1)
             out = out + _flip(_multiplicative_causal(_flip(q), _flip(k), _flip(v), _flip(ld), mode))
     return check_finite("decay_attention", out).to(out_dtype)
+
+
+def _decay_with_state(q, k, v, decay, log_decay, causal, mode, h0, return_state):
+    """Causal ``decay_attention`` from ``h0`` / returning its final state (``seqlab/ops/decay/state.py``)."""
+    if not causal:
+        raise NotImplementedError(f"decay_attention(causal=False, mode={mode!r}): non-causal attention reads the "
+                                  f"whole sequence at once and has no state to start from or return "
+                                  f"(h0, return_state are for causal=True)")
+    if h0 is not None:
+        check_state(h0, k, v, decay)
+    check_finite_inputs("decay_attention", q=q, k=k, v=v, log_decay=log_decay)
+    if h0 is not None:
+        check_finite_inputs("decay_attention", h0_kv=h0[0] if decay == "additive" else h0)
+    if decay == "multiplicative" and has_values(log_decay) and (log_decay < 0).any():
+        raise ValueError(f"log_decay: multiplicative decay needs log_decay >= 0 (lambda = exp(-log_decay) <= 1), "
+                         f"got min {float(log_decay.min()):.3g}")
+    mode = traceable_mode(_pick_mode(mode, decay, True, q, v), "chunked", q, k, v, log_decay)
+    out_dtype = _out_dtype(q, v)
+    if q.shape[-2] == 0:  # no tokens: the empty output, the state unchanged
+        state = h0 if h0 is not None else empty_state(q, k, v, decay, out_dtype)
+        out = v.new_zeros(v.shape, dtype=out_dtype)
+    else:
+        q, k, v, log_decay = map(at_least_float32, (q, k, v, log_decay))
+        out, state = causal_with_state(q, k, v, decay, log_decay, mode, h0)
+        out = check_finite("decay_attention", out).to(out_dtype)
+    return (out, state) if return_state else out
