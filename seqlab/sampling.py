@@ -2,16 +2,18 @@
 
 The function lives here, in ``seqlab.sampling``, and is exported as ``seqlab.generate``.
 
-Decoding protocol: a model that can advance one token at a time defines
+Decoding protocol (``seqlab.models.decoding``): every causal language model but the FST defines
 
     state = model.init_state(batch)                    # before the first token
+    logits, state = model.prefill(tokens, state=None)  # a prompt (B, P) in one parallel pass
     logits_t, state = model.step(tokens_t, state)      # tokens_t: (B,) -> logits_t: (B, vocab_size)
 
-(the linear CausalRN does this with O(1) work per token, 000 §1 "O(1) streaming"; the quadratic
-CausalRN keeps every past key). ``generate`` uses it when present and otherwise reruns the
-model's parallel forward on the whole context for every new token (the way the authors' code
-samples), truncated to the model's ``max_len``. Both paths sample the same tokens for the same
-``seed`` because they compute the same logits.
+(O(1) work per token for the linear families; the Transformer's KV cache and the quadratic CausalRN
+keep every past key). ``generate`` reads the prompt with ``prefill`` and each new token with ``step``,
+and otherwise reruns the model's parallel forward on the whole context for every new token (the way
+the authors' code samples), truncated to the model's ``max_len``. Both paths sample the same tokens
+for the same ``seed`` because they compute the same logits (in float64; float32 rounding can flip a
+sampled token where two are nearly equally likely).
 """
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ __all__ = ["generate", "sample_next", "supports_streaming"]
 
 
 def supports_streaming(model: nn.Module) -> bool:
-    return callable(getattr(model, "init_state", None)) and callable(getattr(model, "step", None))
+    """Whether ``model`` has the decoding protocol (the FST declares why it has none: ``NO_DECODING``)."""
+    return (getattr(model, "NO_DECODING", None) is None and callable(getattr(model, "init_state", None))
+            and callable(getattr(model, "step", None)))
 
 
 def _fits(model: nn.Module, length: int) -> bool:
@@ -87,7 +91,8 @@ def generate(model: nn.Module, prompt, max_new_tokens: int = 200, *, temperature
     use_step = supports_streaming(model) and _fits(model, tokens.shape[1] + max_new_tokens) if streaming is None \
         else streaming
     if use_step and not supports_streaming(model):
-        raise ValueError(f"streaming=True: {type(model).__name__} has no init_state/step decoding protocol")
+        why = getattr(model, "NO_DECODING", None) or "it has no init_state/prefill/step"
+        raise ValueError(f"streaming=True: {type(model).__name__} has no decoding protocol: {why}")
     device = next(model.parameters()).device
     tokens = tokens.to(device)
     generator = torch.Generator().manual_seed(seed)
@@ -107,10 +112,13 @@ def generate(model: nn.Module, prompt, max_new_tokens: int = 200, *, temperature
 
 
 def _generate_streaming(model, tokens, n, **sample_kw):
-    state = model.init_state(tokens.shape[0])
-    logits = None
-    for t in range(tokens.shape[1]):        # read the prompt one token at a time
-        logits, state = model.step(tokens[:, t], state)
+    if callable(getattr(model, "prefill", None)):      # the prompt in one parallel pass
+        logits, state = model.prefill(tokens)
+        logits = logits[:, -1]
+    else:
+        state, logits = model.init_state(tokens.shape[0]), None
+        for t in range(tokens.shape[1]):                # the prompt one token at a time
+            logits, state = model.step(tokens[:, t], state)
     out = []
     for _ in range(n):
         nxt = sample_next(logits, **sample_kw)

@@ -84,16 +84,34 @@ def test_sampling_module_and_the_generate_function_do_not_collide():
     assert type(seqlab.sampling) is type(pytest)          # a plain module, no class swapped in
 
 
-@pytest.mark.parametrize("name", ["transformer", "gateloop"])
-def test_new_decoders_sample_like_the_rerun_path(name):
-    """Models that gained init_state/step stream by default and sample the rerun path's tokens (float64)."""
+@pytest.mark.parametrize("name", ["transformer", "linear-transformer", "causalrn", "linear-causalrn", "lrnn",
+                                  "lightnet", "gateloop"])
+def test_every_lm_decodes_with_prefill_and_step_like_the_rerun_path(name, monkeypatch):
+    """Every causal LM streams by default (prompt by prefill, then step) and samples the rerun path's tokens
+    (float64: float32 rounding can flip a token where two are nearly equally likely)."""
     torch.manual_seed(0)
-    model = models.build(name, vocab_size=20, d_model=8, n_layers=2).double()
+    extra = {"n_heads": 2} if name in ("transformer", "linear-transformer", "lightnet") else {}
+    model = models.build(name, vocab_size=20, d_model=8, n_layers=2, **extra).double()
+    calls = []
+    real_prefill = model.prefill
+    monkeypatch.setattr(model, "prefill", lambda *a, **k: calls.append(a[0].shape) or real_prefill(*a, **k))
     assert supports_streaming(model)
     prompt = torch.randint(0, 20, (2, 5))
     a = seqlab.generate(model, prompt, 12, temperature=1.0, seed=3)
+    assert calls == [(2, 5)], "the prompt is read by one prefill"
     b = seqlab.generate(model, prompt, 12, temperature=1.0, seed=3, streaming=False)
     assert torch.equal(a, b)
+
+
+def test_the_fst_cannot_stream_and_says_why():
+    model = models.build("fst", vocab_size=20, d_model=8, n_layers=1, seq_len=12)
+    assert not supports_streaming(model)
+    with pytest.raises(ValueError, match="no decoding protocol: the FST cannot decode with a state: its twisted"):
+        seqlab.generate(model, torch.randint(0, 20, (1, 4)), 3, streaming=True)
+    for method in ("init_state", "step", "prefill"):
+        with pytest.raises(NotImplementedError, match="every output depends on the whole fixed-length sequence"):
+            getattr(model, method)(1)
+    assert seqlab.generate(model, torch.randint(0, 20, (1, 4)), 3).shape == (1, 7)      # by rerunning
 
 
 def test_a_context_past_max_len_falls_back_to_the_sliding_window():

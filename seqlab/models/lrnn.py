@@ -32,7 +32,19 @@ __all__ = ["FSTModel", "build_lrnn", "build_fst"]
 
 
 class FSTModel(SequenceModel):
-    """``SequenceModel`` with FST blocks and the fixed-length padding rule of the module docstring."""
+    """``SequenceModel`` with FST blocks and the fixed-length padding rule of the module docstring.
+
+    It has no decoding protocol (:data:`NO_DECODING` says why): ``init_state``, ``prefill`` and ``step``
+    raise ``NotImplementedError`` with that reason, and ``seqlab.generate`` reruns its forward."""
+
+    NO_DECODING = ("the FST cannot decode with a state: its twisted half mixes along the sequence axis with an "
+                   "LRNN whose input map is (seq_len x seq_len), so every output depends on the whole fixed-length "
+                   "sequence at once (002 §2.2) and no state of the past alone gives the next token's logits")
+
+    def _no_decoding(self, *args, **kwargs):
+        raise NotImplementedError(self.NO_DECODING)
+
+    init_state = prefill = step = state_size = _no_decoding
 
     def check_tokens(self, tokens: torch.Tensor) -> None:
         if isinstance(tokens, torch.Tensor) and tokens.dim() == 2 and tokens.shape[1] > self.seq_len:
