@@ -231,6 +231,8 @@ def test_lrnn_prefill_is_one_scan_from_the_state_in_every_mode(mode):
 
 def test_fst_does_not_decode():
     model = models.build("fst", vocab_size=VOCAB, seq_len=8, d_model=8, n_layers=1)
-    assert not hasattr(model, "init_state")
+    for method in ("init_state", "prefill", "step", "state_size"):
+        with pytest.raises(NotImplementedError, match="twisted half mixes along the sequence axis"):
+            getattr(model, method)(1)
     with pytest.raises(NotImplementedError, match="FSTBlock"):
         model.blocks[0].init_state(1)
