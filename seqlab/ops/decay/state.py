@@ -24,6 +24,7 @@ from seqlab.ops._checks import describe as _describe
 
 __all__ = ["check_state", "causal_with_state", "empty_state"]
 
+
 def describe(t) -> str:
     return _describe(t) if isinstance(t, torch.Tensor) else type(t).__name__
 
