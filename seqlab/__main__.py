@@ -8,7 +8,7 @@
     python -m seqlab train --config-file run.toml [--steps 5000 ...]   # options from a TOML file
     python -m seqlab describe NAME         # a model's, task's or experiment's parameters and defaults
     python -m seqlab evaluate PATH         # a checkpoint's model on its task (seqlab.load(PATH) in Python)
-    python -m seqlab generate PATH --prompt "def "   # continue a prompt (--ids 3 5 8 for token ids)
+    python -m seqlab generate PATH --prompt "To be"  # continue a prompt (--ids 3 5 8 for token ids)
 
 Ctrl-C during ``train --checkpoint PATH`` saves the run there and says how to resume it; resuming with a
 larger ``--steps`` extends the run (on the schedule of the new total). ``experiment --checkpoint-dir DIR``

@@ -1,13 +1,13 @@
 """The character-level text task: ASCII tokenizer, local files, a HF loader on a local file, and
-the default standard-library docstring corpus."""
-import sysconfig
+the default corpus (data/corpus/shakespeare.txt)."""
+import hashlib
 from pathlib import Path
 
 import pytest
 import torch
 
 from seqlab.tasks import text as text_task
-from seqlab.tasks.text import _docstrings, _stdlib_files, decode, encode, stdlib_docstrings
+from seqlab.tasks.text import CORPUS, decode, encode, shakespeare
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "fixtures" / "tiny_corpus.txt"
 
@@ -55,17 +55,18 @@ def test_huggingface_loader_on_a_local_file():
         text_task(dataset="text", data_files={"train": str(FIXTURE)}, text_column="body")
 
 
-def test_default_corpus_is_stdlib_docstrings_deterministic():
-    a = stdlib_docstrings(20_000, cache=False)
-    b = stdlib_docstrings(20_000, cache=False)
-    assert a == b and len(a) == 20_000 and a.isascii()
-    first = _stdlib_files(Path(sysconfig.get_paths()["stdlib"]))[0]
-    doc = _docstrings(first.read_text(encoding="utf-8"))[0]
-    assert a.startswith(doc[:200])
+def test_the_default_corpus_is_the_fixed_shakespeare_file():
+    corpus = shakespeare()
+    assert corpus == CORPUS.read_text(encoding="ascii") and corpus.isascii() and 1_000_000 < len(corpus) < 2_000_000
+    assert corpus.startswith("HAMLET") and "Shall I compare thee to a summer's day?" in corpus
+    assert "Project Gutenberg" not in corpus                          # header and footer stripped
+    assert shakespeare(20_000) == corpus[:20_000]
     task = text_task(max_chars=20_000, seq_len=64)
-    assert decode(task.tensors("train")["input_ids"][0]) == a[:64]
-    # cached: a second call reads the same corpus back
-    assert stdlib_docstrings(20_000) == stdlib_docstrings(20_000) == a
+    assert task.info["source"] == "shakespeare"
+    assert task.info["digest"] == hashlib.sha256(corpus[:20_000].encode("ascii")).hexdigest()[:16]
+    assert decode(task.tensors("train")["input_ids"][0]) == corpus[:64]
+    readme = (CORPUS.parent / "README.md").read_text()
+    assert f"({len(corpus) / 1e6:.2f} MB" in readme and "public domain" in readme
 
 
 def test_errors():

@@ -205,10 +205,10 @@ def _digit_images(task, n: int):
 
 @experiment("relation-text")
 def text_model(*, profile: str | None = None, seed: int = 0, callbacks=(), progress: bool = True,
-               prompt: str = "Return the ", new_tokens: int = 120, temperature: float = 0.8, top_k: int | None = 20,
+               prompt: str = "To be, or not ", new_tokens: int = 120, temperature: float = 0.8, top_k: int | None = 20,
                dataset: str | None = None, dataset_config: str | None = None, checkpoint_dir: str | None = None,
                **sizes) -> dict:
-    """A linear CausalRN character model on the default corpus (stdlib docstrings) or on a HuggingFace
+    """A linear CausalRN character model on the default corpus (Shakespeare, ``data/corpus/``) or on a HuggingFace
     data set (000 §4.3 used ``dataset="wikitext", dataset_config="wikitext-103-raw-v1"``, prompt
     ``"Three years later,"``), and a sample from ``prompt`` through the O(1)-per-token decoding step.
 

@@ -2,10 +2,9 @@
 
 Text comes from one of three places, all offline-capable:
 
-- ``text()``: the default corpus, the docstrings of Python's own standard library (every ``.py``
-  file under ``sysconfig.get_paths()["stdlib"]``, in sorted path order, module / class / function
-  docstrings in source order). It exists on every machine without a network, and it is cached in
-  ``data/cache/`` after the first build.
+- ``text()``: the default corpus, ``data/corpus/shakespeare.txt`` (1.25 MB): nine plays and the
+  Sonnets by Shakespeare as transcribed by Project Gutenberg, public domain (``data/corpus/README.md``).
+  It ships with the repository, so every machine and every Python version reads the same characters.
 - ``text(files=[...])``: local text files, concatenated in the given order.
 - ``text(dataset="wikitext", dataset_config="wikitext-103-raw-v1")``: any HuggingFace dataset
   through ``datasets.load_dataset`` (needs the data set locally or a network; the paper used
@@ -20,23 +19,19 @@ scored).
 """
 from __future__ import annotations
 
-import ast
 import hashlib
 import os
-import sysconfig
 import unicodedata
 from pathlib import Path
 
 import numpy as np
 
-from seqlab.tasks._cache import cached_splits, data_dir
+from seqlab.tasks._cache import cached_splits
 from seqlab.tasks.base import Task
 
-__all__ = ["text", "encode", "decode", "stdlib_docstrings", "VOCAB_SIZE"]
+__all__ = ["text", "encode", "decode", "shakespeare", "CORPUS", "VOCAB_SIZE"]
 
 VOCAB_SIZE = 128
-_SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "turtledemo", "__pycache__",
-              "lib2to3", "ensurepip", "venv", "config-3"}
 
 
 def to_ascii(s: str) -> str:
@@ -61,63 +56,18 @@ def decode(ids) -> str:
 # ----------------------------------------------------------------------------- the default corpus
 
 
-def _stdlib_files(root: Path) -> list[Path]:
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith(("config-", ".")))
-        out.extend(Path(dirpath) / f for f in sorted(filenames) if f.endswith(".py"))
-    return sorted(out)
+CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus" / "shakespeare.txt"
 
 
-def _docstrings(source: str) -> list[str]:
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return []
-    found = []
-    for node in ast.walk(tree):   # breadth-first: the module docstring, then classes / functions in order
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            doc = ast.get_docstring(node, clean=True)
-            if doc and len(doc) > 40:
-                found.append(doc)
-    return found
-
-
-def stdlib_docstrings(max_chars: int | None = None, *, cache: bool = True) -> str:
-    """The docstrings of the standard library as one ASCII string (deterministic for a Python version).
-
-    Stops once ``max_chars`` characters are collected (the prefix of the full corpus).
-    """
-    root = Path(sysconfig.get_paths()["stdlib"])
-    tag = f"stdlib-docstrings-py{sysconfig.get_python_version()}-{max_chars or 'all'}.txt"
-    path = data_dir() / "cache" / tag
-    full = path.with_name(f"stdlib-docstrings-py{sysconfig.get_python_version()}-all.txt")
-    for candidate in (path, full):
-        if cache and candidate.exists():
-            text_ = candidate.read_text(encoding="ascii")
-            return text_[:max_chars] if max_chars else text_
-    parts, total = [], 0
-    for f in _stdlib_files(root):
-        try:
-            source = f.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
-        for doc in _docstrings(source):
-            piece = to_ascii(doc) + "\n\n"
-            parts.append(piece)
-            total += len(piece)
-        if max_chars and total >= max_chars:
-            break
-    corpus = "".join(parts)[:max_chars] if max_chars else "".join(parts)
-    if cache:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(corpus, encoding="ascii")
-            os.replace(tmp, path)
-        except OSError:
-            pass  # read-only installation: keep it in memory
-    return corpus
+def shakespeare(max_chars: int | None = None) -> str:
+    """The default corpus (``data/corpus/shakespeare.txt``, its README says what it holds and where it comes
+    from): nine plays and the Sonnets, public domain, ASCII, the same on every machine. ``max_chars``: the
+    first characters only."""
+    if not CORPUS.is_file():
+        raise FileNotFoundError(f"the default corpus {str(CORPUS)!r} is missing: it ships in the repository's "
+                                "data/corpus/ (install seqlab editable from a clone), or pass files=... or dataset=...")
+    corpus = CORPUS.read_text(encoding="ascii")
+    return corpus[:max_chars] if max_chars else corpus
 
 
 # ----------------------------------------------------------------------------- other sources
@@ -168,7 +118,7 @@ def text(files=None, *, dataset: str | None = None, dataset_config: str | None =
     """A character-level language-modelling task (``vocab_size = 128``).
 
     ``files``: local text file(s); ``dataset``: a HuggingFace dataset name (see the module doc);
-    neither: the standard-library docstring corpus. ``max_chars``: keep only the first characters
+    neither: the default corpus (:func:`shakespeare`). ``max_chars``: keep only the first characters
     (``None``: everything). Splits ``train`` / ``validation`` / ``test`` are contiguous parts of
     the character stream (fractions ``1 - v - t``, ``v``, ``t``), windows of ``seq_len`` tokens.
     """
@@ -187,7 +137,7 @@ def text(files=None, *, dataset: str | None = None, dataset_config: str | None =
     elif dataset is not None:
         corpus, source = _read_dataset(dataset, dataset_config, data_files, text_column), f"hf:{dataset}"
     else:
-        corpus, source = stdlib_docstrings(max_chars), "stdlib-docstrings"
+        corpus, source = shakespeare(max_chars), "shakespeare"
     if max_chars is not None:
         corpus = corpus[:max_chars]
     if len(corpus) < 3 * (seq_len + 1):
