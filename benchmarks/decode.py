@@ -10,7 +10,10 @@ check sizes; ``--d-model``/``--layers`` change them). For each model, batch and 
 - ``step ms``: the best of ``--repeats`` timed ``model.step`` calls on a state that has read ``c`` tokens
   (built by ``prefill`` in chunks of 1024 tokens, each continuing the last one's state);
 - ``rerun ms``: one forward over the ``c + 1`` tokens, the cost of the next token without a state
-  (skipped above ``--rerun-max``, and above 4096 for the quadratic models, whose scores take ``c^2`` memory);
+  (skipped above ``--rerun-max``, and above ``--quadratic-max`` for the quadratic models, whose scores take
+  ``c^2`` memory);
+- the quadratic CausalRN's ``prefill`` steps through the prompt (its op has no parallel form from a state),
+  O(c^2) in Python: its contexts above ``--quadratic-max`` are skipped altogether;
 - ``state``: the memory held per sequence after ``c`` tokens, ``4 * model.state_size(c)`` bytes.
 
 Then per model: ``t(c_max) / t(c_min)`` of ``step`` (about 1 for the linear families, growing for the
@@ -28,6 +31,7 @@ from _timing import best_ms  # noqa: E402
 
 LMS = ("transformer", "linear-transformer", "causalrn", "linear-causalrn", "lrnn", "lightnet", "gateloop")
 QUADRATIC = {"transformer", "causalrn"}
+PREFILL_BY_STEPS = {"causalrn"}
 VOCAB = 64
 
 
@@ -49,13 +53,13 @@ def state_after(model, tokens: torch.Tensor, chunk: int = 1024):
     return state
 
 
-def measure(model, name: str, batch: int, context: int, repeats: int, rerun_max: int) -> dict:
+def measure(model, name: str, batch: int, context: int, repeats: int, rerun_max: int, quadratic_max: int) -> dict:
     gen = torch.Generator().manual_seed(context)
     tokens = torch.randint(0, VOCAB, (batch, context + 1), generator=gen)
     with torch.no_grad():
         state = state_after(model, tokens[:, :context])
         step_ms = best_ms(lambda: model.step(tokens[:, context], state), repeats)
-        limit = min(rerun_max, 4096) if name in QUADRATIC else rerun_max
+        limit = min(rerun_max, quadratic_max) if name in QUADRATIC else rerun_max
         rerun_ms = best_ms(lambda: model(tokens), max(1, repeats // 2)) if context <= limit else None
     return {"step_ms": step_ms, "rerun_ms": rerun_ms, "state_bytes": 4 * model.state_size(context)}
 
@@ -76,6 +80,8 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--rerun-max", type=int, default=16384, help="longest context timed on the rerun path")
+    p.add_argument("--quadratic-max", type=int, default=4096,
+                   help="longest context for the quadratic models' rerun and the quadratic CausalRN's step")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -90,18 +96,22 @@ def main(argv=None) -> int:
             model = build(name, args.d_model, args.layers, max_len=contexts[-1] + 1)
             rows = {}
             for c in contexts:
-                r = rows[c] = measure(model, name, batch, c, args.repeats, args.rerun_max)
+                if name in PREFILL_BY_STEPS and c > args.quadratic_max:
+                    print(f"{name:<19} {batch:>2} {c:>7} {'-':>9} {'-':>9} {'-':>10} "
+                          f"{fmt_bytes(4 * model.state_size(c)):>10}  (prefill steps token by token: skipped)")
+                    continue
+                r = rows[c] = measure(model, name, batch, c, args.repeats, args.rerun_max, args.quadratic_max)
                 rerun = f"{r['rerun_ms']:9.2f}" if r["rerun_ms"] is not None else f"{'-':>9}"
                 speed = f"{r['rerun_ms'] / r['step_ms']:10.1f}" if r["rerun_ms"] is not None else f"{'-':>10}"
                 print(f"{name:<19} {batch:>2} {c:>7} {r['step_ms']:9.3f} {rerun} {speed} "
                       f"{fmt_bytes(r['state_bytes']):>10}", flush=True)
-            lo, hi = rows[contexts[0]], rows[contexts[-1]]
-            summary.append((name, batch, hi["step_ms"] / lo["step_ms"],
+            lo, hi = rows[min(rows)], rows[max(rows)]
+            summary.append((name, batch, hi["step_ms"] / lo["step_ms"], max(rows),
                             {c: r["rerun_ms"] / r["step_ms"] for c, r in rows.items() if r["rerun_ms"] is not None}))
-    print(f"\n{'model':<19} {'B':>2} {f't({contexts[-1]})/t({contexts[0]})':>16}  speed-up over rerun by context")
-    for name, batch, growth, speedups in summary:
+    print(f"\n{'model':<19} {'B':>2} {'t(c_max)/t(' + str(contexts[0]) + ')':>18}  speed-up over rerun by context")
+    for name, batch, growth, c_max, speedups in summary:
         ups = ", ".join(f"{c}: {s:.0f}x" for c, s in speedups.items())
-        print(f"{name:<19} {batch:>2} {growth:16.2f}  {ups}")
+        print(f"{name:<19} {batch:>2} {growth:12.2f} ({c_max:>5})  {ups}")
     return 0
 
 
