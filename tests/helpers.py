@@ -11,3 +11,18 @@ def check(out: torch.Tensor, ref: torch.Tensor, tol: float, what: str = "") -> N
     assert torch.isfinite(torch.view_as_real(out) if out.is_complex() else out).all(), f"{what}: non-finite output"
     err = relative_error(out, ref)
     assert err < tol, f"{what}: relative error {err:.3e} >= {tol:.0e}"
+
+
+def ctrl_c_at_step(monkeypatch, step: int) -> None:
+    """Make ``seqlab.train.fit`` meet a Ctrl-C (``KeyboardInterrupt``) as it starts the step with index ``step``
+    (0-based: ``step`` optimizer steps are done). ``monkeypatch.undo()`` ends it."""
+    from seqlab import train
+
+    real_lr_at = train.lr_at
+
+    def lr_at(s, **kw):
+        if s == step:
+            raise KeyboardInterrupt
+        return real_lr_at(s, **kw)
+
+    monkeypatch.setattr(train, "lr_at", lr_at)

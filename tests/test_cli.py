@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 
+from helpers import ctrl_c_at_step
 from seqlab.__main__ import main, parse_pairs
 
 
@@ -96,24 +97,15 @@ def _train(ckpt, *extra, steps=6, model="transformer"):
 
 
 def test_ctrl_c_saves_the_run_and_resume_continues_it(tmp_path, capsys, monkeypatch):
-    from seqlab import train
-
     whole, cut = tmp_path / "whole.json", tmp_path / "cut.json"
     assert main(_train(tmp_path / "a.pt", "--history", str(whole))) == 0
-    real_lr_at = train.lr_at
-
-    def ctrl_c_at_step_3(step, **kw):
-        if step == 3:
-            raise KeyboardInterrupt
-        return real_lr_at(step, **kw)
-
-    monkeypatch.setattr(train, "lr_at", ctrl_c_at_step_3)
+    ctrl_c_at_step(monkeypatch, 3)
     capsys.readouterr()
     assert main(_train(tmp_path / "b.pt")) == 130
     err = capsys.readouterr().err
     assert f"stopped at step 3, saved to {tmp_path / 'b.pt'}; resume with: python -m seqlab train" in err
     assert err.rstrip().endswith("--resume")
-    monkeypatch.setattr(train, "lr_at", real_lr_at)
+    monkeypatch.undo()
     assert main(_train(tmp_path / "b.pt", "--resume", "--history", str(cut))) == 0
     assert f"resuming from step 3 of {tmp_path / 'b.pt'} (to step 6)" in capsys.readouterr().out
     assert json.loads(cut.read_text())["train"] == json.loads(whole.read_text())["train"]   # the same run

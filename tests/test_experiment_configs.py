@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import ctrl_c_at_step
 
 from seqlab import experiments, train
 from seqlab.__main__ import main
@@ -135,14 +136,7 @@ def test_cli_experiment_with_a_config_file_and_a_checkpoint_folder(tmp_path, cap
 
 
 def test_cli_experiment_ctrl_c_says_how_to_resume(tmp_path, capsys, monkeypatch):
-    real_lr_at = train.lr_at
-
-    def ctrl_c_at_step_2(step, **kw):
-        if step == 2:
-            raise KeyboardInterrupt
-        return real_lr_at(step, **kw)
-
-    monkeypatch.setattr(train, "lr_at", ctrl_c_at_step_2)
+    ctrl_c_at_step(monkeypatch, 2)
     sizes = ["seq_len=24", "steps=4", "d_model=8", "n_layers=1", "batch_size=8", "train_size=48", "test_size=16",
              "progress=False"]
     assert main(["experiment", "gateloop-memory-horizon", *sizes, "--checkpoint-dir", str(tmp_path)]) == 130
