@@ -65,7 +65,7 @@ from seqlab.ops.decay.coefficients import decay_coefficients
 from seqlab.ops.decay.multiplicative import _multiplicative_causal, _multiplicative_recurrent, _none_noncausal
 from seqlab.ops.decay.on_gateloop import _causal_on_gateloop, gateloop_form
 from seqlab.ops.decay.reference import decay_attention_reference
-from seqlab.ops.decay.state import causal_with_state, check_state, empty_state
+from seqlab.ops.decay.state import causal_step, causal_with_state, check_state, empty_state
 
 __all__ = ["decay_attention", "decay_attention_reference", "decay_coefficients", "gateloop_form", "DECAY_KINDS",
            "DECAY_MODES"]
@@ -190,6 +190,8 @@ def _decay_with_state(q, k, v, decay, log_decay, causal, mode, h0, return_state)
         out = v.new_zeros(v.shape, dtype=out_dtype)
     else:
         q, k, v, log_decay = map(at_least_float32, (q, k, v, log_decay))
-        out, state = causal_with_state(q, k, v, decay, log_decay, mode, h0)
+        # one token from a state (decoding): eq. 7 / eq. 2 once, written out; every mode computes it alike
+        run = causal_step if q.shape[-2] == 1 and h0 is not None else causal_with_state
+        out, state = run(q, k, v, decay, log_decay, mode, h0)
         out = check_finite("decay_attention", out).to(out_dtype)
     return (out, state) if return_state else out

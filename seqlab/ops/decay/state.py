@@ -22,7 +22,7 @@ import torch
 
 from seqlab.ops._checks import describe as _describe
 
-__all__ = ["check_state", "causal_with_state", "empty_state"]
+__all__ = ["check_state", "causal_with_state", "causal_step", "empty_state"]
 
 
 def describe(t) -> str:
@@ -100,3 +100,19 @@ def causal_with_state(q, k, v, decay, log_decay, mode, h0):
                         return_state=True)
     y, S = y.reshape(*lead, L, dv), S.reshape(*lead, dk, dv)
     return y, ((S, z_end) if decay == "additive" else S)
+
+
+def causal_step(q, k, v, decay, log_decay, mode, h0):
+    """``(o, state)`` of one token (``L = 1``) from the state ``h0``: the recurrence of
+    :func:`causal_with_state` taken once, written out (decoding's O(1) step, without an op's dispatch):
+
+        S = a S_0 + key^T v,    o = q S    (a and key from :func:`_transitions`: eq. 7, eq. 2 or none)
+
+    ``mode`` is not used: every mode computes this same function."""
+    kv0, z0 = h0 if decay == "additive" else (h0, None)
+    key, log_a, z_end = _transitions(k, decay, log_decay, z0)
+    dtype = torch.promote_types(kv0.dtype, torch.result_type(q, v))
+    a = log_a[..., 0, :, None].exp().to(dtype)                                   # (..., dk, 1)
+    S = a * kv0.to(dtype) + key[..., 0, :, None].to(dtype) * v[..., 0, None, :]   # eq. 7    (..., dk, dv)
+    o = (q[..., 0, :, None].to(dtype) * S).sum(-2)                                # eq. 8    (..., dv)
+    return o[..., None, :], ((S, z_end) if decay == "additive" else S)
