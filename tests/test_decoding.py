@@ -153,20 +153,27 @@ def test_gateloop_prefill_uses_the_ops_final_state_in_every_mode(mode):
         check(S, S_ref, 1e-9, f"gateloop mode={mode} final state")
 
 
+def _check_parts_and_steps(model, x, cut: int, what: str):
+    """``forward(x)`` == ``prefill(x[:, :cut])`` then ``prefill`` of the rest from its state == ``step`` alone from
+    ``init_state`` (float64, 1e-9), and both ways end in the same state, which is returned."""
+    with torch.no_grad():
+        ref = model(x)
+        a, s = model.prefill(x[:, :cut])
+        b, s = model.prefill(x[:, cut:], s)
+        c, s_steps = _steps(model, x, model.init_state(B))
+    check(torch.cat([a, b], 1), ref, 1e-9, f"{what}: prefill in two parts")
+    check(c, ref, 1e-9, f"{what}: steps")
+    for S, S_ref in zip(_tensors(s["blocks"]), _tensors(s_steps["blocks"])):
+        check(S, S_ref, 1e-9, f"{what}: final state")
+    return s
+
+
 @pytest.mark.parametrize("mode", ["quadratic", "chunked", "numba", "triton"])
 def test_linear_transformer_prefill_in_every_mode(mode):
     """Its prefill runs GateLoop's recurrence with a = 1 from h0 = [S | z] (the Numba loop or Triton where asked)."""
     pytest.importorskip({"numba": "numba", "triton": "triton"}.get(mode, "torch"))
-    model, x = _lm("linear-transformer", mode=mode), _tokens(length=13)
-    with torch.no_grad():
-        ref = model(x)
-        a, s = model.prefill(x[:, :6])
-        b, s = model.prefill(x[:, 6:], s)
-        c, s_steps = _steps(model, x, model.init_state(B))
-    check(torch.cat([a, b], 1), ref, 1e-9, f"linear-transformer mode={mode}")
-    check(c, ref, 1e-9, f"linear-transformer mode={mode} steps")
-    for S, S_ref in zip(s["blocks"], s_steps["blocks"]):
-        check(S, S_ref, 1e-9, f"linear-transformer mode={mode} final state")
+    _check_parts_and_steps(_lm("linear-transformer", mode=mode), _tokens(length=13), 6,
+                           f"linear-transformer mode={mode}")
 
 
 @pytest.mark.parametrize("name", ["transformer", "linear-transformer"])
@@ -196,16 +203,8 @@ def test_lightnet_variants_decode_in_every_mode(variant, mode):
     position t; each ablation switch and mode gives its forward in parts and token by token."""
     if mode == "numba":
         pytest.importorskip("numba")
-    model, x = _lm("lightnet", mode=mode, **variant), _tokens(length=29)
-    with torch.no_grad():
-        ref = model(x)
-        a, s = model.prefill(x[:, :9])
-        b, s = model.prefill(x[:, 9:], s)
-        c, s_steps = _steps(model, x, model.init_state(B))
-    check(torch.cat([a, b], 1), ref, 1e-9, f"lightnet {variant} mode={mode} prefill in two parts")
-    check(c, ref, 1e-9, f"lightnet {variant} mode={mode} steps")
-    for S, S_ref in zip(_tensors(s["blocks"]), _tensors(s_steps["blocks"])):
-        check(S, S_ref, 1e-9, f"lightnet {variant} mode={mode} final state")
+    model = _lm("lightnet", mode=mode, **variant)
+    s = _check_parts_and_steps(model, _tokens(length=29), 9, f"lightnet {variant} mode={mode}")
     assert model.state_size(29) == _floats(s)
 
 
