@@ -78,16 +78,14 @@ def main(argv=None) -> int:
     names = args.names or [n for n in experiments.names() if n not in experiments.WITHOUT_CONFIG]
     device = config.device("auto")
     where = __import__("torch").cuda.get_device_name() if device.type == "cuda" else "CPU"
-    rows = [project(name, section, args.profile, args.steps)
-            for name, section in tqdm(cases(names), desc="full-profile configs", file=sys.stderr)]
     print(f"{args.profile} profile on {where}: {args.steps} and {2 * args.steps} steps of every run; "
-          f"ms per step is that of all the experiment's runs together")
+          f"ms per step is that of all the experiment's runs together", flush=True)
     head = f"{'experiment':<34} {'steps':>7} {'t(n) s':>8} {'t(2n) s':>8} {'ms/step':>9} {'projected':>10}  estimate"
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        print(f"{r['experiment']:<34} {r['steps']:>7} {r['short_s']:>8.1f} {r['double_s']:>8.1f} "
-              f"{r['ms_per_step']:>9.1f} {fmt_minutes(r['projected_min']):>10}  {r['estimate']}")
+    print(head + "\n" + "-" * len(head), flush=True)
+    for name, section in tqdm(cases(names), desc="full-profile configs", file=sys.stderr):
+        r = project(name, section, args.profile, args.steps)   # each row printed as it is measured: a cut-short
+        print(f"{r['experiment']:<34} {r['steps']:>7} {r['short_s']:>8.1f} {r['double_s']:>8.1f} "   # run keeps them
+              f"{r['ms_per_step']:>9.1f} {fmt_minutes(r['projected_min']):>10}  {r['estimate']}", flush=True)
     return 0
 
 

@@ -19,7 +19,7 @@ import torch.nn as nn
 
 from seqlab.config import model_device
 
-__all__ = ["evaluating", "capture", "per_layer", "predict", "parameter_count"]
+__all__ = ["evaluating", "capture", "per_layer", "logits", "predict", "parameter_count"]
 
 
 @contextlib.contextmanager
@@ -112,13 +112,19 @@ def per_layer(model: nn.Module, read: str | Callable[[nn.Module], object], block
     return values
 
 
+def logits(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """The model's output for ``tokens`` ``(B, L)`` (or ``(L,)``, read as one sequence), on the CPU: ``(B, L,
+    vocab)`` for a language model, ``(B, classes)`` for a classifier. The tokens go to the model's device; eval
+    mode, no gradients."""
+    with evaluating(model):
+        return model(_check_tokens(tokens).to(model_device(model))).cpu()
+
+
 def predict(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
     """The model's arg-max prediction: ``(B, L)`` next tokens for a language model, ``(B,)`` classes
     for a classifier (a 1-D ``tokens`` gives results without the batch dimension)."""
     squeeze = isinstance(tokens, torch.Tensor) and tokens.dim() == 1
-    batch = _check_tokens(tokens)
-    with evaluating(model):
-        out = model(batch.to(model_device(model))).argmax(-1).cpu()
+    out = logits(model, tokens).argmax(-1)
     return out[0] if squeeze else out
 
 

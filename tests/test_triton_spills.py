@@ -47,3 +47,20 @@ def test_every_kernel_compiles_without_spills():
               f"{r['spill_stores']} B spill stores, {r['spill_loads']} B spill loads"
               for r in report if r["spill_stores"] or r["spill_loads"]]
     assert not spills, "kernels that spill:\n" + "\n".join(spills)
+
+
+def test_no_kernel_multiplies_matrices_in_reduced_precision():
+    """Every ``tt.dot`` in the Triton IR is one the kernel asks for, in full precision: the elementwise path of
+    small GateLoop heads (``DOT=False``) holds none, since Triton's combiner turns a broadcast multiply-and-sum
+    into a ``tt.dot``, which gave wrong gradients at sides of 1 on an H100 (Triton 3.6; this test would have caught
+    it); and every ``tt.dot`` is in full (IEEE) precision: TF32 would break the float32 tolerances."""
+    from seqlab.kernels.aot import ptxas_usage
+
+    jobs = [j for j in _jobs() if j["capability"] == 90]
+    report = ptxas_usage(jobs)
+    made = [f"{r['kernel']} {r['constexprs']}: {r['dots']}" for r in report
+            if r["constexprs"].get("DOT") is False and r["dots"]]
+    assert not made, "tt.dot in the elementwise path:\n" + "\n".join(made)
+    # IEEE is tt.dot's default precision and is not printed; any other shows as "inputPrecision = tf32" etc.
+    low = [f"{r['kernel']} {r['constexprs']}: {d}" for r in report for d in r["dots"] if "inputPrecision" in d]
+    assert not low, "tt.dot below full precision:\n" + "\n".join(low)

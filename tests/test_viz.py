@@ -343,6 +343,10 @@ def test_readout_capture_per_layer_predict():
     pred = readout.predict(model, tokens)
     assert pred.shape == (2, 5) and torch.equal(pred, model(tokens).argmax(-1))
     assert readout.predict(model, tokens[0]).shape == (5,)
+    out = readout.logits(model, tokens)
+    assert out.device.type == "cpu" and not out.requires_grad and model.training
+    assert torch.equal(out, model.eval()(tokens).detach()), "logits: the model's output in eval mode"
+    model.train()
     assert readout.parameter_count(model) == sum(p.numel() for p in model.parameters())
 
 

@@ -63,14 +63,16 @@ for job in json.loads(sys.stdin.read()):
     log = io.StringIO()
     with contextlib.redirect_stdout(log):       # Triton prints ptxas's -v report here (TRITON_DUMP_PTXAS_LOG)
         constexprs = {k: v for k, v in job["constexprs"].items() if k in sig}   # the ones this kernel takes
-        triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs),
-                       target=GPUTarget("cuda", job["capability"], 32))
+        compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs),
+                                  target=GPUTarget("cuda", job["capability"], 32))
     text = log.getvalue()
+    dots = re.findall(r"tt\.dot [^\n]*", compiled.asm["ttir"])
     regs = re.search(r"Used (\d+) registers", text)
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)
     report.append(dict(job, registers=int(regs.group(1)) if regs else None,
                        spill_stores=int(spill.group(1)) if spill else None,
-                       spill_loads=int(spill.group(2)) if spill else None, ptxas=text[-2000:]))
+                       spill_loads=int(spill.group(2)) if spill else None, ptxas=text[-2000:],
+                       dots=[re.sub(r" loc\(.*", "", d) for d in dots]))
 print(json.dumps(report))
 """
 
@@ -82,7 +84,9 @@ def ptxas_usage(jobs: list[dict]) -> list[dict]:
 
     A job is ``{"module", "kernel", "constexprs", "capability", "dtype"}`` (``dtype``: the pointers' Triton
     type, e.g. ``"fp32"``); arguments in capitals or named ``stride*`` are ``i32``, the rest pointers. Each
-    result is the job plus ``registers``, ``spill_stores``, ``spill_loads`` (bytes) and the ``ptxas`` text.
+    result is the job plus ``registers``, ``spill_stores``, ``spill_loads`` (bytes), the ``ptxas`` text and
+    ``dots``, the ``tt.dot`` operations of the kernel's Triton IR (the ones written and the ones the compiler
+    made of other code).
     """
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DUMP_PTXAS_LOG="1", TRITON_ALWAYS_COMPILE="1")
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")

@@ -87,7 +87,7 @@ def md_tpe_reference(x: torch.Tensor, shape, decays: torch.Tensor) -> torch.Tens
     T = torch.zeros(N, N, d, dtype=wide, device=x.device)
     for s in range(k):
         others = [a for a in range(k) if a != s]
-        same_line = (diff[..., others] == 0).all(-1) if others else torch.ones(N, N, dtype=torch.bool)
+        same_line = (diff[..., others] == 0).all(-1) if others else torch.ones(N, N, dtype=torch.bool, device=x.device)
         valid = same_line & (diff[..., s] >= 0)                                  # m_s <= n_s on n's line
         power = diff[..., s].clamp_min(0).to(torch.float64)                      # n_s - m_s
         kernel = (lam[s][None, None] ** power[..., None, None]).sum(-2)          # sum_r lambda_r^{n_s-m_s}  (N,N,d)

@@ -11,7 +11,7 @@ def _additive_loop_reference(q, k, v, log_decay):
     d = k if log_decay is None else log_decay
     mult = torch.ones_like(k) if log_decay is None else k
     s = torch.zeros_like(d[..., 0, :])
-    kv = torch.zeros(*k.shape[:-2], k.shape[-1], v.shape[-1], dtype=torch.result_type(k, v))
+    kv = torch.zeros(*k.shape[:-2], k.shape[-1], v.shape[-1], dtype=torch.result_type(k, v), device=k.device)
     out = []
     for t in range(k.shape[-2]):
         s = s + d[..., t, :].exp()
@@ -35,7 +35,7 @@ def _multiplicative_loop_reference(q, k, v, log_decay, reverse=False):
     """Eq. 2: ``kv_t = diag(lambda_t) kv_{t-1} + k_t v_t^T`` with ``lambda_t = exp(-log_decay_t)``; ``reverse``
     runs the backward scan ``kv_t = diag(lambda_t) kv_{t+1} + k_t v_t^T`` of §3.1."""
     lam = (-log_decay).exp() if log_decay is not None else torch.ones_like(k)
-    kv = torch.zeros(*k.shape[:-2], k.shape[-1], v.shape[-1], dtype=torch.result_type(k, v))
+    kv = torch.zeros(*k.shape[:-2], k.shape[-1], v.shape[-1], dtype=torch.result_type(k, v), device=k.device)
     out = [None] * k.shape[-2]
     order = range(k.shape[-2] - 1, -1, -1) if reverse else range(k.shape[-2])
     for t in order:

@@ -72,11 +72,16 @@ if triton is not None:
 
     @triton.jit
     def _mm(a, b, DOT: tl.constexpr):
-        """``a @ b`` for (M, K) and (K, N) tiles: ``tl.dot`` in full precision, or elementwise for small tiles."""
+        """``a @ b`` for (M, K) and (K, N) tiles: ``tl.dot`` in full precision, or elementwise for small tiles.
+
+        The elementwise form sums a (K, M, N) product over its first axis. Written as the textbook
+        ``sum(a[:, :, None] * b[None, :, :], axis=1)`` it is turned by Triton's combiner into a ``tt.dot``, whose
+        result at a side of 1 was wrong on an H100 (Triton 3.6: GateLoop's ``dq`` off by 700%);
+        ``tests/test_triton_spills.py`` checks that no kernel of the small path holds a ``tt.dot``."""
         if DOT:
             return tl.dot(a, b, input_precision="ieee")
         else:
-            return tl.sum(a[:, :, None] * b[None, :, :], axis=1)
+            return tl.sum(tl.trans(a)[:, :, None] * b[:, None, :], axis=0)
 
     @triton.jit
     def _cmm(a_re, a_im, b_re, b_im, DOT: tl.constexpr):
