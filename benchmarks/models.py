@@ -31,7 +31,7 @@ VOCAB = 64
 
 
 def build(name: str, L: int, d_model: int, n_layers: int) -> torch.nn.Module:
-    extra = {"max_len": L} if name in ("transformer", "linear-transformer", "causalrn", "linear-causalrn") else {}
+    extra = {"max_len": L} if name in ("transformer", "causalrn") else {}     # learned positions: a table of L
     torch.manual_seed(0)
     return models.build(name, vocab_size=VOCAB, seq_len=L if name == "fst" else None, d_model=d_model,
                         n_layers=n_layers, **extra)

@@ -158,4 +158,6 @@ def test_baseline_errors_are_clear():
 
 def test_models_default_max_len_grows_with_seq_len():
     assert models.build("transformer", vocab_size=5).max_len == 512
-    assert models.build("linear-transformer", vocab_size=5, seq_len=1000).max_len == 1000
+    assert models.build("transformer", vocab_size=5, seq_len=1000).max_len == 1000
+    assert models.build("linear-transformer", vocab_size=5, positions="learned", seq_len=1000).max_len == 1000
+    assert models.build("linear-transformer", vocab_size=5, seq_len=1000).max_len is None     # sinusoids: no cap

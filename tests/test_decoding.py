@@ -16,9 +16,9 @@ VOCAB, B, L, P = 13, 3, 37, 20
 CONFIGS = {
     "gateloop": dict(d_model=8, n_layers=2, n_heads=4, d_qk=8, d_v=12, d_ff=16),
     "transformer": dict(d_model=8, n_layers=2, n_heads=2, mlp_ratio=2.0, max_len=64),
-    "linear-transformer": dict(d_model=8, n_layers=2, n_heads=2, mlp_ratio=2.0, max_len=64),
+    "linear-transformer": dict(d_model=8, n_layers=2, n_heads=2, mlp_ratio=2.0),       # sinusoidal positions
     "causalrn": dict(d_model=8, n_layers=2, max_len=64),
-    "linear-causalrn": dict(d_model=8, n_layers=2, max_len=64),
+    "linear-causalrn": dict(d_model=8, n_layers=2),
     "lrnn": dict(d_model=8, n_layers=2, r_min=0.5, r_max=0.95),
     "lightnet": dict(d_model=8, n_layers=2, n_heads=2, tpe_dim=3, lrpe_base=7.0),
 }
@@ -178,13 +178,30 @@ def test_linear_transformer_prefill_in_every_mode(mode):
 
 @pytest.mark.parametrize("name", ["transformer", "linear-transformer"])
 def test_learned_positions_bound_the_decoded_length(name):
-    model, x = _lm(name, max_len=40), _tokens()
+    model, x = _lm(name, max_len=40, positions="learned"), _tokens()
     with torch.no_grad():
         _, state = model.prefill(x)                      # 37 of 40 positions
         _, state = model.prefill(x[:, :3], state)        # 40: the last one
         with pytest.raises(ValueError, match="max_len=40"):
             model.step(x[:, 0], state)
     assert model.state_size(40) == (2 * 8 * 2 * 40 if name == "transformer" else model.state_size(1))
+
+
+@pytest.mark.parametrize("name", ["linear-transformer", "linear-causalrn"])
+def test_sinusoidal_positions_decode_past_any_table(name):
+    """The linear models' default positions have no table: 2000 tokens (past the old caps of 512 and 1024)
+    prefill, and the steps after them equal the forward pass over all of them."""
+    model, x = _lm(name), _tokens(batch=1, length=2003)
+    assert model.positions == "sinusoidal" and model.max_len is None
+    with torch.no_grad():
+        _, state = model.prefill(x[:, :2000])
+        logits = []
+        for t in range(2000, 2003):
+            out, state = model.step(x[:, t], state)
+            logits.append(out)
+        check(torch.stack(logits, 1), model(x)[:, 2000:], 1e-9, f"{name} steps after 2000 tokens")
+    with pytest.raises(ValueError, match="max_len: only learned positions have a longest length"):
+        _lm(name, max_len=40)
 
 
 def test_transformer_kv_cache_grows_and_the_linear_states_do_not():

@@ -1,5 +1,6 @@
 """MD-TPE (eq. 10-11) against its O(N^2) definition; MD-LRPE (eq. 12-16, Appendix A.2) shift invariance."""
 import itertools
+import math
 
 import pytest
 import torch
@@ -107,3 +108,34 @@ def test_bad_grid_inputs():
         md_tpe(x, (10,), torch.rand(2, 3))
     with pytest.raises(ValueError, match="shape: expected a non-empty"):
         md_tpe(x, (), torch.rand(2))
+
+
+@pytest.mark.parametrize("d", [1, 6, 7])
+def test_sinusoidal_positions_are_vaswanis_formula_from_any_start(d):
+    from seqlab.ops import sinusoidal_positions
+
+    pe = sinusoidal_positions(0, 50, d, dtype=torch.float64)
+    for p in (0, 1, 49):
+        for j in range(d):
+            angle = p / 10000 ** (2 * (j // 2) / d)
+            assert pe[p, j].item() == pytest.approx(math.sin(angle) if j % 2 == 0 else math.cos(angle), abs=1e-12)
+    assert torch.equal(sinusoidal_positions(37, 13, d, dtype=torch.float64), pe[37:])   # an offset is a slice
+    far = sinusoidal_positions(10**6, 2, d, dtype=torch.float64)                        # no table, no cap
+    assert torch.isfinite(far).all() and far.abs().max() <= 1
+    with pytest.raises(ValueError, match="start: expected an int >= 0, got -1"):
+        sinusoidal_positions(-1, 3, d)
+    with pytest.raises(ValueError, match="d: expected an int >= 1, got 0"):
+        sinusoidal_positions(0, 3, 0)
+
+
+def test_positions_option_of_the_models():
+    from seqlab import models
+
+    with pytest.raises(ValueError, match=r"positions: expected one of \('learned', 'sinusoidal', 'none'\), got 'rope'"):
+        models.build("linear-transformer", vocab_size=10, d_model=8, n_layers=1, n_heads=2, positions="rope")
+    for name in ("transformer", "linear-transformer", "causalrn", "linear-causalrn"):
+        for positions in ("learned", "sinusoidal", "none"):
+            model = models.build(name, vocab_size=10, d_model=8, n_layers=1, positions=positions)
+            assert (model.pos is not None) == (positions == "learned")
+            assert (model.max_len is not None) == (positions == "learned")
+            assert model(torch.randint(0, 10, (2, 5))).shape == (2, 5, 10)

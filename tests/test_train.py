@@ -222,7 +222,8 @@ def test_mismatched_classes_and_lengths_name_both_sizes():
     lm = models.build("transformer", vocab_size=17, d_model=16, n_layers=1, n_heads=2)
     with pytest.raises(ValueError, match=r"classification task with num_classes 10 .* language model"):
         train.fit(lm, digit_task, steps=1, batch_size=2, lr=1e-3, progress=False)
-    short = models.build("linear-transformer", vocab_size=30, d_model=16, n_layers=1, n_heads=2, max_len=10)
+    short = models.build("linear-transformer", vocab_size=30, d_model=16, n_layers=1, n_heads=2, max_len=10,
+                         positions="learned")
     with pytest.raises(ValueError, match=r"task 'copying' has seq_len 18 but model 'linear-transformer' accepts "
                                          r"at most max_len 10"):
         train.fit(short, copy_task, steps=1, batch_size=2, lr=1e-3, progress=False)

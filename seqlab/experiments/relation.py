@@ -70,6 +70,7 @@ def train_copying(model_name: str, task, *, d_model: int, n_layers: int, steps: 
 
     config.seed_everything(seed)
     extra = {"n_heads": 1} if "transformer" in model_name else {}   # 001 App. D: one head was best
+    model_config.setdefault("positions", "learned")                # 001 App. D: trainable positions, every model
     model = models.build(model_name, vocab_size=task.vocab_size, d_model=d_model, n_layers=n_layers, **extra, **model_config)
     callbacks = list(callbacks)
     if stop_at is not None:
@@ -221,8 +222,7 @@ def text_model(*, profile: str | None = None, seed: int = 0, callbacks=(), progr
     s = profile_sizes(SIZES["text"], profile, sizes)
     task = tasks.text(dataset=dataset, dataset_config=dataset_config, seq_len=s["seq_len"], max_chars=s["max_chars"])
     config.seed_everything(seed)
-    model = models.build("linear-causalrn", vocab_size=task.vocab_size, d_model=s["d_model"], n_layers=s["n_layers"],
-                         max_len=max(s["seq_len"], len(prompt) + new_tokens))
+    model = models.build("linear-causalrn", vocab_size=task.vocab_size, d_model=s["d_model"], n_layers=s["n_layers"])
     history = train.fit(model, task, steps=s["steps"], batch_size=s["batch_size"], lr=s["lr"], seed=seed,
                         callbacks=callbacks, progress=progress, desc="linear-causalrn (text)",
                         **checkpointing(checkpoint_dir, f"text-seed{seed}", s["steps"]))

@@ -1,7 +1,8 @@
 """Baseline models: ``transformer`` (softmax attention) and ``linear-transformer`` (Katharopoulos et al. 2020).
 
-Both are :class:`SequenceModel` stacks of pre-norm blocks from ``seqlab.layers.attention`` with
-learned positions (up to ``max_len`` tokens), built as a causal language model
+Both are :class:`SequenceModel` stacks of pre-norm blocks from ``seqlab.layers.attention``, the Transformer
+with learned positions (up to ``max_len`` tokens: its KV cache grows with the context anyway), the Linear
+Transformer with fixed sinusoidal ones (any length: its state does not grow), built as a causal language model
 (``num_classes=None``) or as a sequence classifier (``num_classes=C``, pooled ``"mean"`` or
 ``"last"``; ``causal=False`` makes a classifier bidirectional)::
 
@@ -23,7 +24,14 @@ __all__ = ["build_transformer", "build_linear_transformer"]
 DEFAULT_MAX_LEN = 512
 
 
-def _max_len(max_len: int | None, seq_len: int | None) -> int:
+def _max_len(max_len: int | None, seq_len: int | None, positions: str) -> int | None:
+    """The longest input: the learned table's size (``max_len``, default 512 or ``seq_len`` if longer); none
+    for sinusoidal positions or none at all, which fit any length (``max_len`` must then be left out)."""
+    if positions != "learned":
+        if max_len is not None:
+            raise ValueError(f"max_len: only learned positions have a longest length; positions={positions!r} "
+                             f"fits any length, leave max_len out")
+        return None
     if max_len is None:
         return max(DEFAULT_MAX_LEN, seq_len or 0)
     if not isinstance(max_len, int) or max_len < 1:
@@ -45,14 +53,16 @@ def _check_config(d_model, n_layers, pool, causal, num_classes) -> None:
                          "causal=False is for classifiers (pass num_classes=C)")
 
 
-def _stack(block_cls, *, vocab_size, num_classes, seq_len, d_model, n_layers, max_len, pool, causal, **block_kw):
+def _stack(block_cls, *, vocab_size, num_classes, seq_len, d_model, n_layers, max_len, positions, pool, causal,
+           **block_kw):
     _check_config(d_model, n_layers, pool, causal, num_classes)
+    max_len = _max_len(max_len, seq_len, positions)
     blocks = [block_cls(d_model, causal=causal, **block_kw) for _ in range(n_layers)]
     for block in blocks:  # output projections scaled by sqrt(#residual connections) (paper 001, App. D)
         scale_residual_init(block.out, 2 * n_layers)
         scale_residual_init(block.mlp.proj, 2 * n_layers)
     return DecodingModel(vocab_size=vocab_size, d_model=d_model, blocks=blocks, num_classes=num_classes,
-                         seq_len=None, max_len=_max_len(max_len, seq_len), learned_positions=True,
+                         seq_len=None, max_len=max_len, positions=positions,
                          pool=pool, causal=causal)
 
 
@@ -60,10 +70,11 @@ def _stack(block_cls, *, vocab_size, num_classes, seq_len, d_model, n_layers, ma
 def build_transformer(*, vocab_size: int, num_classes: int | None = None, seq_len: int | None = None,
                       d_model: int = 64, n_layers: int = 2, n_heads: int = 4, mlp_ratio: float = 4.0,
                       dropout: float = 0.0, max_len: int | None = None, causal: bool = True,
-                      pool: str = "mean") -> SequenceModel:
-    """Pre-norm softmax Transformer with learned positions (``max_len`` default 512, or ``seq_len`` if longer)."""
+                      pool: str = "mean", positions: str = "learned") -> SequenceModel:
+    """Pre-norm softmax Transformer with learned positions (``max_len`` default 512, or ``seq_len`` if longer;
+    ``positions="sinusoidal"`` for fixed ones of any length)."""
     return _stack(TransformerBlock, vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len,
-                  d_model=d_model, n_layers=n_layers, max_len=max_len, pool=pool, causal=causal,
+                  d_model=d_model, n_layers=n_layers, max_len=max_len, positions=positions, pool=pool, causal=causal,
                   heads=n_heads, mlp_ratio=mlp_ratio, dropout=dropout)
 
 
@@ -71,9 +82,11 @@ def build_transformer(*, vocab_size: int, num_classes: int | None = None, seq_le
 def build_linear_transformer(*, vocab_size: int, num_classes: int | None = None, seq_len: int | None = None,
                              d_model: int = 64, n_layers: int = 2, n_heads: int = 4, mlp_ratio: float = 4.0,
                              dropout: float = 0.0, max_len: int | None = None, causal: bool = True,
-                             pool: str = "mean", mode: str = "auto", chunk: int = 64) -> SequenceModel:
-    """Pre-norm Linear Transformer (elu+1 features) with learned positions; ``mode`` of ``linear_attention``
-    (``auto``: causal attention on GateLoop's Numba loop on a CPU, else chunked)."""
+                             pool: str = "mean", mode: str = "auto", chunk: int = 64,
+                             positions: str = "sinusoidal") -> SequenceModel:
+    """Pre-norm Linear Transformer (elu+1 features) with fixed sinusoidal positions, so that it decodes any
+    length (``positions="learned"``: a table of ``max_len`` rows, as the Transformer's); ``mode`` of
+    ``linear_attention`` (``auto``: causal attention on GateLoop's Numba loop on a CPU, else chunked)."""
     return _stack(LinearTransformerBlock, vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len,
-                  d_model=d_model, n_layers=n_layers, max_len=max_len, pool=pool, causal=causal,
+                  d_model=d_model, n_layers=n_layers, max_len=max_len, positions=positions, pool=pool, causal=causal,
                   heads=n_heads, mlp_ratio=mlp_ratio, dropout=dropout, mode=mode, chunk=chunk)

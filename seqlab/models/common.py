@@ -11,26 +11,36 @@ import math
 import torch
 import torch.nn as nn
 
+from seqlab.ops.positional import sinusoidal_positions
+
+# Absolute positions a model can add to its token embeddings: a learned table (as paper 001 App. D does; it
+# caps the length at its size), fixed sinusoids (no cap: what lets a linear model decode any length) or none.
+POSITIONS = ("learned", "sinusoidal", "none")
+
 
 class SequenceModel(nn.Module):
     def __init__(self, *, vocab_size: int, d_model: int, blocks: list[nn.Module], num_classes: int | None = None,
-                 seq_len: int | None = None, max_len: int | None = None, learned_positions: bool = False,
+                 seq_len: int | None = None, max_len: int | None = None, positions: str = "none",
                  pool: str = "mean", causal: bool = True, final_norm: bool = True, embed_std: float = 0.02):
         super().__init__()
         if pool not in ("last", "mean", "cls"):
             raise ValueError(f"pool: expected 'last', 'mean' or 'cls', got {pool!r}")
+        if positions not in POSITIONS:
+            raise ValueError(f"positions: expected one of {POSITIONS}, got {positions!r}")
         if num_classes is None and not causal:
             raise ValueError("a bidirectional model cannot be a causal language model: pass num_classes=C")
         self.vocab_size, self.num_classes, self.d_model = vocab_size, num_classes, d_model
         self.seq_len = seq_len        # fixed length the model requires (None: any length)
         self.max_len = max_len        # longest input the model accepts (learned positions), None: any
+        self.positions = positions    # absolute positions added to the embeddings: POSITIONS
         self.causal = causal
         self.pool = pool
         self.embed = nn.Embedding(vocab_size, d_model)
         nn.init.normal_(self.embed.weight, std=embed_std)
         self.cls = nn.Parameter(torch.randn(1, 1, d_model) * embed_std) if pool == "cls" else None
         n_pos = (max_len or seq_len or 0) + (1 if pool == "cls" else 0)
-        self.pos = nn.Parameter(torch.randn(1, n_pos, d_model) * embed_std) if learned_positions else None
+        self.pos = nn.Parameter(torch.randn(1, n_pos, d_model) * embed_std) if positions == "learned" else None
+        self.pos_scale = embed_std    # sinusoidal positions are drawn at the embeddings' scale
         self.blocks = nn.ModuleList(blocks)
         self.norm = nn.LayerNorm(d_model) if final_norm else nn.Identity()
         out = vocab_size if num_classes is None else num_classes
@@ -57,9 +67,17 @@ class SequenceModel(nn.Module):
         x = self.embed(tokens)
         if self.cls is not None:
             x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1)
-        if self.pos is not None:
-            x = x + self.pos[:, : x.shape[1]]
-        return x
+        return x + self.position_embedding(0, x.shape[1], x)
+
+    def position_embedding(self, start: int, length: int, like: torch.Tensor) -> torch.Tensor | float:
+        """What is added to the embeddings at positions ``start .. start + length - 1``: ``(1, length, D)``
+        rows of the learned table, fixed sinusoids (any position) or ``0`` without positions."""
+        if self.positions == "learned":
+            return self.pos[:, start: start + length]
+        if self.positions == "sinusoidal":
+            pe = sinusoidal_positions(start, length, self.d_model, device=like.device, dtype=like.dtype)
+            return self.pos_scale * pe[None]
+        return 0.0
 
     def features(self, tokens: torch.Tensor) -> torch.Tensor:
         """Hidden states after the final norm, ``(B, L', D)`` (L' = L + 1 with a CLS token)."""

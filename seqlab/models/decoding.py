@@ -9,7 +9,7 @@ The state lives in the blocks: each block defines ``init_state(batch, device=, d
 ``step(x_t, state) -> (y_t, state)`` on ``(B, D)`` and ``state_size(t)``, and, where its recurrence has
 a parallel form that starts from a state, ``prefill(x, state) -> (y, state)`` on ``(B, P, D)``. A
 block without ``prefill`` is prefilled by stepping through the prompt. The model adds the token
-embedding (and learned positions, offset by the tokens already read), the final norm and the head.
+embedding (and its positions, offset by the tokens already read), the final norm and the head.
 
 ``forward(x)``, ``prefill(x[:, :P])`` followed by ``step`` for the rest, and ``step`` alone from
 ``init_state`` compute the same logits; ``prefill(b, prefill(a)[1])`` continues ``prefill(a)``.
@@ -73,7 +73,7 @@ class DecodingModel(SequenceModel):
     def _embed_at(self, tokens: torch.Tensor, t: int) -> torch.Tensor:
         """Token embeddings ``(B, P, D)`` of tokens at positions ``t .. t + P - 1``."""
         x = self.embed(tokens)
-        return x if self.pos is None else x + self.pos[:, t: t + tokens.shape[1]]
+        return x + self.position_embedding(t, tokens.shape[1], x)
 
     def prefill(self, tokens: torch.Tensor, state: dict | None = None) -> tuple[torch.Tensor, dict]:
         """``tokens`` (B, P) in one parallel pass: logits (B, P, vocab_size) and the state after them."""

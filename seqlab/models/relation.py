@@ -7,8 +7,10 @@
   classifier only.
 
 Config: ``d_model`` (d_e), ``depth`` (blocks), ``activation``, ``pre_norm`` (``"none" | "approx" |
-"exact"``), ``post_norm`` (bool), ``state_expansion`` (d_h = state_expansion * d_e), ``max_len``
-(learned positions), ``embed_std`` (000 Appendix B: N(0, 1) token and position embeddings).
+"exact"``), ``post_norm`` (bool), ``state_expansion`` (d_h = state_expansion * d_e), ``positions``
+(``"learned"``: a table of ``max_len`` rows, 001 App. D; ``"sinusoidal"``: fixed, any length, the Linear
+CausalRN's default so that it decodes any length; ``"none"``), ``embed_std`` (000 Appendix B: N(0, 1) token
+and position embeddings).
 
 Decoding protocol (``seqlab.models.decoding``, used by ``seqlab.generate``): ``model.init_state(batch)``,
 ``model.step(tokens_t, state) -> (logits_t, state)`` with ``tokens_t`` of shape ``(B,)``, ``prefill`` and
@@ -28,22 +30,26 @@ class RelationModel(DecodingModel):
 
 
 def _build(*, vocab_size, num_classes, causal, mode, d_model=64, n_layers=2, activation="exp", pre_norm="none",
-           post_norm=True, state_expansion=1, max_len=None, seq_len=None, embed_std=1.0, positions=True):
+           post_norm=True, state_expansion=1, max_len=None, seq_len=None, embed_std=1.0, positions="learned"):
     if not isinstance(n_layers, int) or n_layers < 1:
         raise ValueError(f"n_layers: expected a positive int, got {n_layers!r}")
     depth = n_layers
     blocks = [RelationBlock(d_model, causal=causal, activation=activation, pre_norm=pre_norm, post_norm=post_norm,
                             state_expansion=state_expansion, mode=mode, n_residual=depth) for _ in range(depth)]
-    max_len = max_len or seq_len or 1024
+    if positions == "learned":
+        max_len = max_len or seq_len or 1024
+    elif max_len is not None:
+        raise ValueError(f"max_len: only learned positions have a longest length; positions={positions!r} fits "
+                         f"any length, leave max_len out")
     return RelationModel(vocab_size=vocab_size, d_model=d_model, blocks=blocks, num_classes=num_classes,
-                         max_len=max_len if positions else None, learned_positions=positions,
+                         max_len=max_len, positions=positions,
                          pool="last" if causal else "cls", causal=causal, embed_std=embed_std)
 
 
 @register("causalrn")
 def build_causalrn(*, vocab_size, num_classes=None, seq_len=None, d_model=64, n_layers=2, activation="exp",
-                   pre_norm="exact", post_norm=True, state_expansion=1, max_len=None, embed_std=1.0, positions=True,
-                   mode="quadratic"):
+                   pre_norm="exact", post_norm=True, state_expansion=1, max_len=None, embed_std=1.0,
+                   positions="learned", mode="quadratic"):
     """CausalRN with pre-activation normalisation (000 §3.4; quadratic, a KV-cache-like memory)."""
     config = dict(d_model=d_model, n_layers=n_layers, activation=activation, post_norm=post_norm,
                   state_expansion=state_expansion, max_len=max_len, embed_std=embed_std, positions=positions)
@@ -54,8 +60,9 @@ def build_causalrn(*, vocab_size, num_classes=None, seq_len=None, d_model=64, n_
 @register("linear-causalrn")
 def build_linear_causalrn(*, vocab_size, num_classes=None, seq_len=None, d_model=64, n_layers=2, activation="exp",
                           pre_norm="none", post_norm=True, state_expansion=1, max_len=None, embed_std=1.0,
-                          positions=True):
-    """CausalRN with ``exp`` and no exact pre-norm: the linear-time form (000 eq. 9)."""
+                          positions="sinusoidal"):
+    """CausalRN with ``exp`` and no exact pre-norm: the linear-time form (000 eq. 9), with fixed sinusoidal
+    positions so that it decodes any length (``positions="learned"``: the paper's table, capped at ``max_len``)."""
     config = dict(d_model=d_model, n_layers=n_layers, activation=activation, post_norm=post_norm,
                   state_expansion=state_expansion, max_len=max_len, embed_std=embed_std, positions=positions)
     if pre_norm == "exact":
@@ -67,8 +74,8 @@ def build_linear_causalrn(*, vocab_size, num_classes=None, seq_len=None, d_model
 
 @register("birn")
 def build_birn(*, vocab_size, num_classes=None, seq_len=None, d_model=64, n_layers=2, activation="exp",
-               pre_norm="none", post_norm=True, state_expansion=1, max_len=None, embed_std=1.0, positions=True,
-               mode="auto"):
+               pre_norm="none", post_norm=True, state_expansion=1, max_len=None, embed_std=1.0,
+               positions="learned", mode="auto"):
     """BiRN: the bidirectional relation network, a classifier read from its CLS token (000 eq. 4)."""
     config = dict(d_model=d_model, n_layers=n_layers, activation=activation, post_norm=post_norm,
                   state_expansion=state_expansion, max_len=max_len, embed_std=embed_std, positions=positions)

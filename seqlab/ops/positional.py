@@ -31,7 +31,7 @@ import torch
 
 from seqlab.ops._checks import check_tensor, describe
 
-__all__ = ["md_tpe", "md_tpe_reference", "md_lrpe", "md_lrpe_phases", "grid_coordinates"]
+__all__ = ["md_tpe", "md_tpe_reference", "md_lrpe", "md_lrpe_phases", "grid_coordinates", "sinusoidal_positions"]
 
 
 def _check_grid(x: torch.Tensor, shape) -> tuple[int, ...]:
@@ -154,3 +154,19 @@ def md_lrpe(x: torch.Tensor, shape, *, base: float = 10000.0) -> torch.Tensor:
     phi = md_lrpe_phases(shape, x.shape[-1], base=base, device=x.device, dtype=real)
     return torch.cat([x * phi.cos().to(x.dtype if not x.is_complex() else real),
                       x * phi.sin().to(x.dtype if not x.is_complex() else real)], dim=-1)
+
+
+def sinusoidal_positions(start: int, length: int, d: int, *, base: float = 10000.0, device=None,
+                         dtype=torch.float32) -> torch.Tensor:
+    """Fixed absolute positions ``(length, d)`` for positions ``start .. start + length - 1`` (Vaswani et al.
+    2017, §3.5): ``PE[p, 2i] = sin(p / base^(2i/d))``, ``PE[p, 2i+1] = cos(p / base^(2i/d))``. No table, so no
+    longest length: what a language model that decodes as a recurrence can use at any position. Computed in
+    float64 (the angles of large ``p`` keep their digits), returned in ``dtype``."""
+    for name, value, low in (("start", start, 0), ("length", length, 0), ("d", d, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
+    pos = torch.arange(start, start + length, dtype=torch.float64, device=device)[:, None]
+    freq = base ** (-torch.arange(0, d, 2, dtype=torch.float64, device=device) / d)        # (ceil(d/2),)
+    angles = pos * freq                                                                      # (length, ceil(d/2))
+    out = torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(length, -1)[:, :d]       # sin, cos interleaved
+    return out.to(dtype)
