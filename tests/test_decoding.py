@@ -252,3 +252,19 @@ def test_fst_does_not_decode():
             getattr(model, method)(1)
     with pytest.raises(NotImplementedError, match="FSTBlock"):
         model.blocks[0].init_state(1)
+
+
+def test_lrnn_decoding_weights_follow_changed_parameters():
+    """The LRNN keeps Λ and W̄_in between steps: a changed weight (in place, as an optimizer changes it, or a
+    model moved to another dtype) must be seen by the next step."""
+    model, x = _lm("lrnn"), _tokens(batch=2, length=5)
+    with torch.no_grad():
+        first, _ = model.step(x[:, 0], model.init_state(2))
+        for block in model.blocks:
+            block.lrnn1.nu.add_(0.5)
+            block.lrnn1.w_re.mul_(1.5)
+        again, _ = model.step(x[:, 0], model.init_state(2))
+        check(again, model(x[:, :1])[:, 0], 1e-9, "step after an in-place change")
+        assert not torch.allclose(first, again)
+        small = model.float()
+        check(small.step(x[:, 0], small.init_state(2))[0], small(x[:, :1])[:, 0], 1e-4, "step after .float()")

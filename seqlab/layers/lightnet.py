@@ -43,14 +43,20 @@ def _grid(shape, L: int) -> tuple[int, ...]:
     return tuple(shape)
 
 
+@functools.lru_cache(maxsize=32)
+def _lrpe_frequencies(d: int, base: float, device: torch.device) -> torch.Tensor:
+    """``theta_j = base^(-2j/d)`` (float64), made once per size: a decoding step needs only ``t theta``."""
+    return base ** (-2.0 * torch.arange(d, dtype=torch.float64, device=device) / d)
+
+
 def _lrpe_from(x: torch.Tensor, shape, *, base: float, start: int) -> torch.Tensor:
     """``md_lrpe`` on 1-D positions ``start .. start + L - 1`` (decoding after ``start`` tokens): the phases
     ``n theta_j`` and the real form ``[x cos(phi), x sin(phi)]`` computed as ``md_lrpe`` computes them."""
     (L,) = shape
     d = x.shape[-1]
     real = torch.float64 if x.dtype in (torch.float64, torch.complex128) else torch.float32
-    theta = base ** (-2.0 * torch.arange(d, dtype=torch.float64, device=x.device) / d)
-    n = torch.arange(start, start + L, device=x.device).to(torch.float64)
+    theta = _lrpe_frequencies(d, base, x.device)
+    n = torch.arange(start, start + L, dtype=torch.float64, device=x.device)
     phi = (n[:, None] * theta[None, :]).to(real)
     cast = x.dtype if not x.is_complex() else real
     return torch.cat([x * phi.cos().to(cast), x * phi.sin().to(cast)], dim=-1)

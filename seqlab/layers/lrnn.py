@@ -151,9 +151,20 @@ class LRNN(nn.Module):
 
     def step(self, x_t: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One token (B, d_in): ``h̄_t = Λ h̄_{t-1} + W̄_in x_t``."""
-        w = self.input_weight()
-        h = self.lam().to(h.dtype) * h + torch.matmul(x_t.to(w.dtype), w).to(h.dtype)
+        lam, w = self._decoding_weights()
+        h = lam.to(h.dtype) * h + torch.matmul(x_t.to(w.dtype), w).to(h.dtype)
         return h.real.to(x_t.dtype), h
+
+    def _decoding_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(Λ, W̄_in)`` for :meth:`step`. Without gradients (decoding) they are made once per set of weights,
+        not once per token: kept until a parameter changes (its storage or its in-place version counter)."""
+        if torch.is_grad_enabled():
+            return self.lam(), self.input_weight()
+        key = tuple((p.data_ptr(), p._version) for p in (self.w_re, self.w_im, self.nu, self.theta))
+        cached = self.__dict__.get("_decoding_cache")
+        if cached is None or cached[0] != key:
+            cached = self.__dict__["_decoding_cache"] = (key, self.lam(), self.input_weight())
+        return cached[1], cached[2]
 
     def state_size(self, t: int) -> int:
         return 2 * self.d_state                              # complex: two floats each
