@@ -120,6 +120,7 @@ def test_sinusoidal_positions_are_vaswanis_formula_from_any_start(d):
             angle = p / 10000 ** (2 * (j // 2) / d)
             assert pe[p, j].item() == pytest.approx(math.sin(angle) if j % 2 == 0 else math.cos(angle), abs=1e-12)
     assert torch.equal(sinusoidal_positions(37, 13, d, dtype=torch.float64), pe[37:])   # an offset is a slice
+    assert sinusoidal_positions(5, 0, d).shape == (0, d)                                   # an empty prompt
     far = sinusoidal_positions(10**6, 2, d, dtype=torch.float64)                        # no table, no cap
     assert torch.isfinite(far).all() and far.abs().max() <= 1
     with pytest.raises(ValueError, match="start: expected an int >= 0, got -1"):

@@ -168,5 +168,5 @@ def sinusoidal_positions(start: int, length: int, d: int, *, base: float = 10000
     pos = torch.arange(start, start + length, dtype=torch.float64, device=device)[:, None]
     freq = base ** (-torch.arange(0, d, 2, dtype=torch.float64, device=device) / d)        # (ceil(d/2),)
     angles = pos * freq                                                                      # (length, ceil(d/2))
-    out = torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(length, -1)[:, :d]       # sin, cos interleaved
+    out = torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(length, 2 * freq.numel())[:, :d]  # interleaved
     return out.to(dtype)
