@@ -593,22 +593,21 @@ def _mean_std(record: dict, arm: str) -> str:
     return f"{fmt(record['mean'][arm], metric)} ± {fmt(record['std'][arm], metric)}{note}"
 
 
-def _paper(claim: Claim, better: str, worse: str) -> str:
-    values = claim.paper_values
-    if values.get(better) is None and values.get(worse) is None:
-        return f"figure only ({claim.paper_data})"
-    return f"{fmt(values.get(better))} vs {fmt(values.get(worse))} ({claim.paper_data})"
+def _paper(claim: Claim) -> str:
+    """The paper's values, every arm it gives one for, and what they were measured on."""
+    given = [f"{arm} {fmt(v)}" for arm, v in claim.paper_values.items() if v is not None]
+    return f"{', '.join(given) if given else 'figure only'} ({claim.paper_data})"
 
 
 def table_row(claim: Claim, record: dict | None) -> str:
     """One row of the results table; ``record`` None: the claim has not been run yet."""
-    head = f"| `{claim.id}` | {claim.paper} | {claim.statement} |"
+    head = f"| `{claim.id}` | {claim.paper} | {claim.statement} | {_paper(claim)} |"
     if record is None:
-        return f"{head} {_paper(claim, claim.better, claim.rivals[0])} | not run yet | — | — | — |"
+        return f"{head} not run yet | — | — | — |"
     better, worse = record["better"], record["worse"]
-    seqlab = f"{better} {_mean_std(record, better)} vs {worse} {_mean_std(record, worse)} ({len(record['seeds'])} seeds)"
-    return (f"{head} {_paper(claim, better, worse)} | {seqlab} | **{record['verdict']}** | "
-            f"`{record['command']}` | {record['wall_s'] / 60:.1f} min |")
+    seqlab = (f"{better} {_mean_std(record, better)} vs {worse} {_mean_std(record, worse)} "
+              f"({record['profile']}, {len(record['seeds'])} seeds)")
+    return f"{head} {seqlab} | **{record['verdict']}** | `{record['command']}` | {record['wall_s'] / 60:.1f} min |"
 
 
 README_HEAD = """# Reproduced claims
@@ -632,8 +631,7 @@ def render_readme(gathered: dict, notes_dir: str | os.PathLike | None = None) ->
     """The results page: one table of every claim (``"not run yet"`` where there is no record), then one
     section per claim with its figure, its numbers per seed, the stand-in and any notes."""
     records = {r["id"]: r for r in gathered.get("claims", [])}
-    profiles = sorted({r["profile"] for r in records.values()}) or ["—"]
-    lines = [README_HEAD, f"## All claims ({', '.join(profiles)} profile)", "",
+    lines = [README_HEAD, "## All claims", "",
              "| id | paper | claim | paper value | seqlab mean ± std | verdict | command | wall time |",
              "|---|---|---|---|---|---|---|---|"]
     lines += [table_row(claim, records.get(cid)) for cid, claim in CLAIMS.items()]
