@@ -179,6 +179,17 @@ def test_an_interrupted_claim_resumes_from_its_kept_seeds(tmp_path, monkeypatch)
     assert calls == [0, 1, 1, 2] and len(record["arms"]["causalrn"]) == 3
 
 
+def test_a_record_at_other_sizes_is_not_skipped(tiny_results, tmp_path):
+    """A record whose sizes are not the profile's any more runs again, and its kept runs say --redo."""
+    out, _ = tiny_results
+    stale = tmp_path / "fst-alpha-depth.json"
+    record = json.loads((out / "fst-alpha-depth.json").read_text())
+    stale.write_text(json.dumps({**record, "sizes": {**record["sizes"], "steps": 2}}))
+    claims._check_runs_folder(tmp_path / ".runs" / "tiny_profile" / "fst-alpha-depth", {"steps": 2})
+    with pytest.raises(ValueError, match="holds runs at other sizes"):
+        claims.reproduce_claim("fst-alpha-depth", profile=TINY, out=tmp_path, progress=False)
+
+
 def test_runs_kept_at_other_sizes_are_refused(tmp_path):
     folder = tmp_path / "runs"
     claims._check_runs_folder(folder, {"steps": 3})

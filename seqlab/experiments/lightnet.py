@@ -23,8 +23,8 @@ from seqlab.experiments import experiment
 from seqlab.experiments._common import (Sizes, checkpointing, eval_split, min_seconds, profile_sizes, test_metrics,
                                         validation_accuracy)
 
-__all__ = ["scan_speed", "digits_classifier", "ablation", "causal_lm", "DIGITS_SIZES", "COPYING_SIZES", "ABLATION_SIZES",
-           "SPEED_SIZES"]
+__all__ = ["scan_speed", "digits_classifier", "ablation", "causal_lm", "DIGITS_SIZES", "COPYING_SIZES",
+           "ABLATION_SIZES", "SPEED_SIZES"]
 
 
 # ----------------------------------------------------------------------------------------------
