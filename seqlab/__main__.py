@@ -247,13 +247,13 @@ def _profile_sizes(table, profile: str, path) -> tuple[dict, str]:
     """``(sizes, where they live)`` of one profile of a size table; no sizes and the reason where it has none."""
     from seqlab.experiments import _common
 
+    where = path.relative_to(_common.CONFIG_DIR.parent)
+    if not path.is_file():
+        return (table.quick, "medium: the quick sizes") if profile == "medium" else ({}, f"{profile}: no {where}")
     try:
-        sizes = table[profile]
+        return table[profile], f"{profile}: {where}"
     except ValueError as err:
         return {}, f"{profile}: {err}"
-    if profile == "medium" and not path.is_file():
-        return sizes, "medium: the quick sizes"
-    return sizes, f"{profile}: {path.relative_to(_common.CONFIG_DIR.parent)}"
 
 
 def _describe_sizes(name: str) -> None:

@@ -503,9 +503,9 @@ def one_math_thread():
     if torch.cuda.is_available():
         yield
         return
+    before = torch.get_num_threads()
     if numba_kernels.HAVE_NUMBA:
         numba_kernels.numba.get_num_threads()     # launches the pool (once per process)
-    before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         yield

@@ -227,3 +227,20 @@ def test_the_committed_results_page_is_the_rendering_of_claims_json():
     assert (results / "README.md").read_text() == claims.render_readme(gathered)
     assert all(r["profile"] == "medium" for r in gathered["claims"])
     assert "results/README.md" in (results.parent / "README.md").read_text()
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the thread rule is for CPU runs")
+def test_claims_run_on_one_math_thread_even_after_a_numba_kernel():
+    """Numba's OpenMP pool, launched by its first kernel, resets OpenMP's thread count (torch's too): inside
+    one_math_thread the pool is launched first, so torch stays on one thread whatever runs."""
+    import torch
+
+    from seqlab.ops import gateloop
+
+    before = torch.get_num_threads()
+    q, a = torch.randn(2, 3, 16, 1), torch.rand(2, 3, 16, 1) * 0.9
+    with claims.one_math_thread():
+        assert torch.get_num_threads() == 1
+        gateloop(q, q, q, a, mode="numba")
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
