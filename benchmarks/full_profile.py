@@ -12,7 +12,8 @@ generation, caches and compilation), once cut to ``--steps`` optimizer steps and
 
 for the experiment's whole set of runs. Periodic evaluations are counted only as far as the short runs hold
 them. The config's own ``estimated_time`` (a rough FLOP estimate written before any measurement) is shown
-beside it. ``--profile quick`` times the quick sizes instead (a CPU check of this script).
+beside it. ``--profile medium`` times the medium sizes (``configs/medium/``, on a CPU: what
+``python -m seqlab reproduce`` runs, one seed of it), ``--profile quick`` the quick ones (a CPU check of this script).
 """
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ def project(name: str, section: str | None, profile: str, steps: int) -> dict:
     timed_run(name, section, profile, 1)      # untimed: data sets generated and cached, kernels compiled
     short, double = timed_run(name, section, profile, steps), timed_run(name, section, profile, 2 * steps)
     per_step = max(double - short, 0.0) / steps
-    estimate = _common.read_config(_common.config_path(name)).get("estimated_time", "") if profile == "full" else ""
+    path = {"full": _common.config_path(name), "medium": _common.MEDIUM_DIR / f"{name}.toml"}.get(profile)
+    estimate = _common.read_config(path).get("estimated_time", "") if path is not None and path.is_file() else ""
     return {"experiment": name + (f" ({section})" if section else ""), "steps": total, "short_s": short,
             "double_s": double, "ms_per_step": 1e3 * per_step,
             "projected_min": (short + (total - steps) * per_step) / 60, "estimate": estimate}
@@ -73,7 +75,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("names", nargs="*", help="experiments (default: every one with a config)")
     p.add_argument("--steps", type=int, default=20, help="steps of the short runs (the long ones take twice)")
-    p.add_argument("--profile", default="full", choices=("full", "quick"))
+    p.add_argument("--profile", default="full", choices=("full", "medium", "quick"))
     args = p.parse_args(argv)
     names = args.names or [n for n in experiments.names() if n not in experiments.WITHOUT_CONFIG]
     device = config.device("auto")

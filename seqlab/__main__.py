@@ -9,6 +9,7 @@
     python -m seqlab describe NAME         # a model's, task's or experiment's parameters and defaults
     python -m seqlab evaluate PATH         # a checkpoint's model on its task (seqlab.load(PATH) in Python)
     python -m seqlab generate PATH --prompt "To be"  # continue a prompt (--ids 3 5 8 for token ids)
+    SEQLAB_PROFILE=medium python -m seqlab reproduce [ID ...] [--seeds 3] [--redo]   # the papers' claims
 
 Ctrl-C during ``train --checkpoint PATH`` saves the run there and says how to resume it; resuming with a
 larger ``--steps`` extends the run (on the schedule of the new total). ``experiment --checkpoint-dir DIR``
@@ -242,20 +243,35 @@ def cmd_describe(args) -> int:
     return 0
 
 
+def _profile_sizes(table, profile: str, path) -> tuple[dict, str]:
+    """``(sizes, where they live)`` of one profile of a size table; no sizes and the reason where it has none."""
+    from seqlab.experiments import _common
+
+    where = path.relative_to(_common.CONFIG_DIR.parent)
+    if not path.is_file():
+        return (table.quick, "medium: the quick sizes") if profile == "medium" else ({}, f"{profile}: no {where}")
+    try:
+        return table[profile], f"{profile}: {where}"
+    except ValueError as err:
+        return {}, f"{profile}: {err}"
+
+
 def _describe_sizes(name: str) -> None:
-    """An experiment's sizes (keywords it also takes), quick beside full, and where the full ones live."""
+    """An experiment's sizes (keywords it also takes): quick, medium and full side by side, and where they live."""
     from seqlab.experiments import _common
 
     for table in _common.TABLES.get(name, []):
-        try:
-            full = table["full"]
-        except ValueError as err:
-            full, note = {}, f" (full: {err})"
-        else:
-            note = f" (full: {_common.config_path(name).relative_to(_common.CONFIG_DIR.parent)})"
-        print(f"  sizes{f' for {table.section}' if table.section else ''}, quick -> full{note}:")
-        for key, quick in table.quick.items():
-            print(f"    {key:<16} {quick!r:<28} {full.get(key, '')!r}".rstrip())
+        medium, medium_note = _profile_sizes(table, "medium", _common.MEDIUM_DIR / f"{name}.toml")
+        full, full_note = _profile_sizes(table, "full", _common.config_path(name))
+        print(f"  sizes{f' for {table.section}' if table.section else ''}, quick -> medium -> full "
+              f"({medium_note}; {full_note}):")
+        for key in [*table.quick, *(k for k in table.optional if k in medium or k in full)]:
+            quick = repr(table.quick[key]) if key in table.quick else "-"
+            print(f"    {key:<16} {quick:<24} {_cell(medium, key):<24} {_cell(full, key)}".rstrip())
+
+
+def _cell(sizes: dict, key: str) -> str:
+    return repr(sizes[key]) if key in sizes else ("" if not sizes else "-")
 
 
 def cmd_experiment(args) -> int:
@@ -278,6 +294,26 @@ def cmd_experiment(args) -> int:
             print(f"\n{stop}{again}", file=sys.stderr)
         return 130
     print(json.dumps(result, indent=2, default=_jsonable))
+    return 0
+
+
+def cmd_reproduce(args) -> int:
+    """Run the named claims (every claim without ids) over ``--seeds`` seeds; print one summary table."""
+    from seqlab import claims, config, train
+
+    profile = args.profile or config.profile()
+    ids = args.ids or list(claims.CLAIMS)
+    for cid in ids:
+        claims.get(cid)                 # every id checked before anything runs
+    out = args.out or claims.default_out(profile)
+    try:
+        records = claims.reproduce(ids, profile=profile, seeds=args.seeds, out=out, redo=args.redo,
+                                   progress=not args.no_progress)
+    except train.TrainingInterrupted as stop:
+        print(f"\n{stop}; run the same command again to resume", file=sys.stderr)
+        return 130
+    print(claims.summary_table(records))
+    print(f"records, figures, claims.json and README.md in {out}")
     return 0
 
 
@@ -346,6 +382,17 @@ def make_parser() -> argparse.ArgumentParser:
     e.add_argument("--checkpoint-dir", default=None, metavar="DIR",
                    help="save each run of the experiment in DIR; the same command again resumes")
     e.set_defaults(func=cmd_experiment)
+
+    r = sub.add_parser("reproduce", help="reproduce the papers' claims over several seeds (results/claims.json)")
+    r.add_argument("ids", nargs="*", metavar="ID", help="claims to run (default: all; seqlab.claims.CLAIMS)")
+    r.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 (default 3)")
+    r.add_argument("--profile", default=None, help="quick, medium, full or a folder of config files (default: "
+                   "$SEQLAB_PROFILE)")
+    r.add_argument("--redo", action="store_true", help="run again what is already done or kept for these claims")
+    r.add_argument("--out", default=None, metavar="DIR", help="where records go (default: results/ for medium, "
+                   "results/<profile>/ otherwise)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bars")
+    r.set_defaults(func=cmd_reproduce)
     parser.train_parser = t
     return parser
 

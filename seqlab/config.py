@@ -2,8 +2,11 @@
 
 `SEQLAB_PROFILE` picks how big the live training runs are:
 
-- ``quick``: CPU-sized, every lesson runs in under 3 minutes on 2 cores;
-- ``full``:  the papers' sizes, meant for a GPU.
+- ``quick``:  CPU-sized, every lesson runs in under 3 minutes on 2 cores;
+- ``medium``: CPU-sized between the two, for reproducing the papers' claims over several seeds
+  (``python -m seqlab reproduce``: each claim in at most 20 minutes on 2 cores); its sizes live in
+  ``configs/medium/``, and an experiment that no claim uses runs its quick sizes there;
+- ``full``:   the papers' sizes, meant for a GPU.
 
 The default is ``full`` when CUDA is available and ``quick`` otherwise.
 """
@@ -15,7 +18,7 @@ import random
 import numpy as np
 import torch
 
-PROFILES = ("quick", "full")
+PROFILES = ("quick", "medium", "full")
 
 
 def cuda_available() -> bool:
@@ -71,22 +74,27 @@ def profile() -> str:
     return value
 
 
-def pick(quick, full):
-    """Return ``quick`` or ``full`` according to the active profile (for sizes in lessons)."""
-    return full if profile() == "full" else quick
+def pick(quick, full, medium=None):
+    """Return ``quick``, ``medium`` or ``full`` according to the active profile (for sizes in lessons).
+
+    Without a ``medium`` value the medium profile takes ``quick``'s: a lesson stays CPU-sized."""
+    prof = profile()
+    if prof == "full":
+        return full
+    return medium if prof == "medium" and medium is not None else quick
 
 
 def seed_everything(seed: int = 0) -> torch.Generator:
     """Seed Python, NumPy and torch (CPU and CUDA) and make CPU runs reproducible.
 
-    In the quick profile on a machine without CUDA this also sets torch to one math thread: the
+    In the quick and medium profiles on a machine without CUDA this also sets torch to one math thread: the
     bits of a parallel reduction depend on how many threads share it, so only a fixed thread count
     makes a lesson's numbers the same on every run and every machine (and small models train no
     slower on one thread). Returns a ``torch.Generator`` seeded the same way.
     """
     if not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed: expected a non-negative int, got {seed!r}")
-    if profile() == "quick" and not cuda_available():
+    if profile() in ("quick", "medium") and not cuda_available():
         torch.set_num_threads(1)
     random.seed(seed)
     np.random.seed(seed % 2**32)

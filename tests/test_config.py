@@ -29,7 +29,9 @@ def test_profile_follows_the_environment(monkeypatch):
     monkeypatch.setenv("SEQLAB_PROFILE", "full")
     assert config.profile() == "full" and config.pick(1, 2) == 2
     monkeypatch.setenv("SEQLAB_PROFILE", "Quick ")
-    assert config.profile() == "quick" and config.pick(1, 2) == 1
+    assert config.profile() == "quick" and config.pick(1, 2) == 1 and config.pick(1, 2, medium=3) == 1
+    monkeypatch.setenv("SEQLAB_PROFILE", "medium")
+    assert config.profile() == "medium" and config.pick(1, 2) == 1 and config.pick(1, 2, medium=3) == 3
     monkeypatch.setenv("SEQLAB_PROFILE", "huge")
     with pytest.raises(ValueError, match="SEQLAB_PROFILE: expected one of"):
         config.profile()
@@ -54,8 +56,9 @@ def test_seeding_reproduces_every_generator():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the thread rule is for CPU machines")
-def test_quick_profile_uses_one_math_thread(monkeypatch):
-    monkeypatch.setenv("SEQLAB_PROFILE", "quick")
+@pytest.mark.parametrize("profile", ["quick", "medium"])
+def test_cpu_profiles_use_one_math_thread(monkeypatch, profile):
+    monkeypatch.setenv("SEQLAB_PROFILE", profile)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)

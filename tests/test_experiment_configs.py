@@ -167,11 +167,44 @@ def test_cli_train_reads_a_config_file_and_the_command_line_wins(tmp_path, capsy
     assert "--model: required" in capsys.readouterr().err
 
 
-def test_describe_an_experiment_shows_quick_and_full_sizes(capsys):
+def test_describe_an_experiment_shows_quick_medium_and_full_sizes(capsys):
     assert main(["describe", "gateloop-memory-horizon"]) == 0
     out = capsys.readouterr().out
-    assert "quick -> full (full: configs/gateloop-memory-horizon.toml)" in out
-    assert any(line.split()[:3] == ["seq_len", "128", "1024"] for line in out.splitlines())
+    assert ("quick -> medium -> full (medium: configs/medium/gateloop-memory-horizon.toml; "
+            "full: configs/gateloop-memory-horizon.toml)") in out
+    lines = [line.split() for line in out.splitlines()]
+    assert ["steps", "250", "1000", "18750"] in lines
+    assert ["validation_size", "-", "200", "-"] in lines          # optional: only the medium file sets it
+    assert main(["describe", "lightnet-digits"]) == 0                # no medium file: the quick sizes
+    assert "(medium: the quick sizes; full: configs/lightnet-digits.toml)" in capsys.readouterr().out
+
+
+def test_the_medium_profile_reads_configs_medium_and_falls_back_to_quick(monkeypatch):
+    from seqlab.experiments import gateloop, lightnet
+
+    medium = gateloop.SIZES["medium"]
+    assert medium["steps"] == 1000 and medium["validation_size"] == 200 and medium["betas"] == [0.9, 0.98]
+    assert "validation_size" not in gateloop.SIZES["quick"] and "betas" not in gateloop.SIZES["full"]
+    assert lightnet.DIGITS_SIZES["medium"] == lightnet.DIGITS_SIZES["quick"]
+    monkeypatch.setenv("SEQLAB_PROFILE", "medium")
+    assert _common.profile_sizes(gateloop.SIZES, None, {"steps": 3})["steps"] == 3
+    assert _common.profile_sizes(gateloop.SIZES, "quick", {"validation_size": 8})["validation_size"] == 8
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        _common.profile_sizes(gateloop.SIZES, "quick", {"stepz": 3})
+
+
+def test_a_folder_of_config_files_is_a_profile(tmp_path):
+    from seqlab.experiments import gateloop
+
+    with pytest.raises(ValueError, match="gateloop-memory-horizon.toml' does not exist"):
+        _common.profile_sizes(gateloop.SIZES, str(tmp_path), {})
+    _write(tmp_path, 'experiment = "gateloop-memory-horizon"\n[sizes]\nseq_len = 24\nsteps = 3\nd_model = 8\n'
+           'n_layers = 1\nbatch_size = 8\nlr = 1e-2\nweight_decay = 0.0\ntrain_size = 48\ntest_size = 16\n'
+           'validation_size = 8\nbetas = [0.9, 0.98]\n', "gateloop-memory-horizon.toml")
+    out = experiments.run("gateloop-memory-horizon", profile=str(tmp_path), progress=False)
+    assert out["config"]["validation_size"] == 8 and out["validation"]["fixed"] is not None
+    assert out["histories"]["fixed"].split("validation") and not out["histories"]["fixed"].split("test")
+    assert out["histories"]["fixed"].config["betas"] == (0.9, 0.98)
 
 
 def test_the_full_profile_benchmark_projects_a_whole_run(capsys):

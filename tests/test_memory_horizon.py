@@ -45,3 +45,11 @@ def test_task_splits_follow_the_definition():
     for row, lab in zip(ids, labels):
         assert lab.tolist() == memory_horizon_targets(row.tolist(), 50)
     assert (labels[ids == 50] == IGNORE).all()
+
+
+def test_a_validation_split_comes_after_the_test_split():
+    plain = memory_horizon(seq_len=24, train_size=20, test_size=6)
+    with_val = memory_horizon(seq_len=24, train_size=20, test_size=6, validation_size=5)
+    assert "validation" not in plain.splits and with_val.size("validation") == 5
+    for split in ("train", "test"):
+        assert torch.equal(plain.tensors(split)["labels"], with_val.tensors(split)["labels"])

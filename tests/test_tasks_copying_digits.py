@@ -160,3 +160,30 @@ def test_digits_split_is_seeded_and_errors_are_clear():
         tasks.digits(layout="grid")
     with pytest.raises(ValueError, match="patch: expected a divisor of 8"):
         tasks.digits(layout="patches", patch=3)
+
+
+def test_a_validation_split_leaves_train_and_test_as_they_were(tmp_path, monkeypatch):
+    """The claims watch a validation split; the quick profile's tasks (no validation) keep their data and caches."""
+    from seqlab.tasks._cache import cache_key
+
+    monkeypatch.setenv("SEQLAB_DATA", str(tmp_path))
+    kw = dict(min_len=3, max_len=3, alphabet=5, train_size=40, test_size=10)
+    plain, with_val = tasks.copying(**kw), tasks.copying(**kw, validation_size=12)
+    assert "validation" not in plain.splits and with_val.size("validation") == 12
+    for split in ("train", "test"):
+        assert torch.equal(plain.tensors(split)["input_ids"], with_val.tensors(split)["input_ids"])
+    assert not torch.equal(with_val.tensors("validation")["input_ids"][:10], plain.tensors("test")["input_ids"])
+    assert cache_key("copying", {**kw, "seed": 0}) in {p.name for p in (tmp_path / "cache").iterdir()}
+    with pytest.raises(ValueError, match="validation_size: expected an int >= 0, got -1"):
+        tasks.copying(validation_size=-1)
+
+
+def test_digits_validation_is_carved_out_of_the_training_images():
+    plain, with_val = tasks.digits(), tasks.digits(validation_fraction=0.1)
+    assert with_val.splits["test"]["index"] == plain.splits["test"]["index"]
+    train, valid = set(with_val.splits["train"]["index"]), set(with_val.splits["validation"]["index"])
+    assert not train & valid and train | valid == set(plain.splits["train"]["index"])
+    assert len(valid) == round(0.1 * 1797)
+    assert torch.bincount(with_val.tensors("validation")["labels"]).min() >= 17     # stratified: ~18 of each digit
+    with pytest.raises(ValueError, match=r"validation_fraction: expected a number in \[0, 0.8\)"):
+        tasks.digits(validation_fraction=0.8)

@@ -2,9 +2,12 @@
 
 Sizes. An experiment's ``quick`` sizes (CPU, minutes) are written beside it; its ``full`` sizes (the
 papers', for a GPU) live in one TOML file under the repository's ``configs/``, read here with the
-standard library's ``tomllib``, so that ``configs/`` is the one place the paper sizes are written. A
-``profile`` is ``"quick"``, ``"full"`` or the path of a TOML file laid out like those in ``configs/``
-(``python -m seqlab experiment NAME --config-file FILE``).
+standard library's ``tomllib``, so that ``configs/`` is the one place the paper sizes are written. Its
+``medium`` sizes (CPU, for reproducing a claim over several seeds, ``python -m seqlab reproduce``) live the
+same way in ``configs/medium/``; an experiment that no claim uses has no file there and runs its quick sizes
+in the medium profile. A ``profile`` is ``"quick"``, ``"medium"``, ``"full"``, the path of a TOML file laid
+out like those in ``configs/`` (``python -m seqlab experiment NAME --config-file FILE``) or a folder of such
+files, one per experiment (``configs/medium`` is one, ``configs`` another).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from pathlib import Path
 from seqlab import config
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+MEDIUM_DIR = CONFIG_DIR / "medium"
 
 # Settings that may be left out of a TOML file, meaning None (TOML has no null): all CPU threads, the whole
 # corpus, the model's default head count, the default warm-up, no evaluation during training.
@@ -55,10 +59,12 @@ def read_config(path: str | os.PathLike) -> dict:
     return data
 
 
-def file_sizes(path: str | os.PathLike, experiment: str, like: dict, section: str | None = None) -> dict:
+def file_sizes(path: str | os.PathLike, experiment: str, like: dict, section: str | None = None,
+               optional=()) -> dict:
     """The ``[sizes]`` (or ``[sizes.<section>]``) of a config file, checked against the keys of ``like``.
 
-    Every key of ``like`` must be in the file, except those in :data:`NULLABLE`, which default to None."""
+    Every key of ``like`` must be in the file, except those in :data:`NULLABLE`, which default to None. Keys
+    in ``optional`` may be in the file too; they are returned only where it sets them."""
     data = read_config(path)
     named = data.get("experiment")
     if named is not None and named != experiment:
@@ -69,41 +75,54 @@ def file_sizes(path: str | os.PathLike, experiment: str, like: dict, section: st
             raise ValueError(f"config file: {os.fspath(path)!r} has no [sizes.{section}] table "
                              f"(it has {sorted(k for k, v in sizes.items() if isinstance(v, dict))})")
         sizes = sizes[section]
-    unknown = sorted(set(sizes) - set(like))
+    unknown = sorted(set(sizes) - set(like) - set(optional))
     missing = sorted(set(like) - set(sizes) - NULLABLE)
     if unknown or missing:
         raise ValueError(f"config file: {os.fspath(path)!r}" + (f" [sizes.{section}]" if section else " [sizes]")
                          + (f" has unknown keys {unknown}" if unknown else "")
                          + (" and" if unknown and missing else "")
-                         + (f" lacks {missing}" if missing else "") + f"; the keys are {sorted(like)}")
-    return {key: sizes.get(key) for key in like}
+                         + (f" lacks {missing}" if missing else "") + f"; the keys are {sorted(like)}"
+                         + (f" (optional: {sorted(optional)})" if optional else ""))
+    return {**{key: sizes.get(key) for key in like}, **{key: sizes[key] for key in optional if key in sizes}}
 
 
 TABLES: dict[str, list["Sizes"]] = {}     # experiment name -> its size tables (for ``python -m seqlab describe``)
 
 
 class Sizes(Mapping):
-    """An experiment's sizes by profile: ``quick`` as written here, ``full`` read from ``configs/``, and any
-    ``*.toml`` path read from that file."""
+    """An experiment's sizes by profile: ``quick`` as written here, ``medium`` read from ``configs/medium/``
+    (the quick sizes where that folder has no file for the experiment), ``full`` from ``configs/``, any
+    ``*.toml`` path from that file and any folder from its ``<experiment>.toml``.
 
-    def __init__(self, experiment: str, quick: dict, section: str | None = None):
-        self.experiment, self.quick, self.section = experiment, dict(quick), section
+    ``optional``: settings a file may add to the quick ones (a validation split, the optimizer's betas); they
+    are in a profile's sizes only where its file sets them, so the quick and full sizes stay as they were."""
+
+    def __init__(self, experiment: str, quick: dict, section: str | None = None, optional=()):
+        self.experiment, self.quick, self.section, self.optional = experiment, dict(quick), section, tuple(optional)
         TABLES.setdefault(experiment, []).append(self)
 
     def __getitem__(self, profile: str) -> dict:
         if profile == "quick":
             return dict(self.quick)
+        if profile == "medium":
+            path = MEDIUM_DIR / f"{self.experiment}.toml"
+            return self._read(path) if path.is_file() else dict(self.quick)
         if profile == "full":
-            return file_sizes(config_path(self.experiment), self.experiment, self.quick, self.section)
+            return self._read(config_path(self.experiment))
         if isinstance(profile, (str, os.PathLike)) and os.fspath(profile).endswith(".toml"):
-            return file_sizes(profile, self.experiment, self.quick, self.section)
+            return self._read(profile)
+        if isinstance(profile, (str, os.PathLike)) and os.path.isdir(profile):
+            return self._read(Path(profile) / f"{self.experiment}.toml")
         raise KeyError(profile)
 
+    def _read(self, path) -> dict:
+        return file_sizes(path, self.experiment, self.quick, self.section, self.optional)
+
     def __iter__(self):
-        return iter(("quick", "full"))
+        return iter(config.PROFILES)
 
     def __len__(self) -> int:
-        return 2
+        return len(config.PROFILES)
 
     def __repr__(self) -> str:
         return f"Sizes({self.experiment!r}, quick={self.quick!r}, full=<{config_path(self.experiment).name}>)"
@@ -118,12 +137,12 @@ def profile_sizes(table: Mapping, profile: str | None, overrides: dict, *, stric
     try:
         sizes = dict(table[prof])
     except KeyError:
-        raise ValueError(f"profile: expected one of {tuple(table)} or the path of a .toml config file, "
-                         f"got {prof!r}") from None
+        raise ValueError(f"profile: expected one of {tuple(table)}, the path of a .toml config file or a folder "
+                         f"of them, got {prof!r}") from None
     if not strict:
         sizes.update(overrides)
         return sizes
-    unknown = set(overrides) - set(sizes)
+    unknown = set(overrides) - set(sizes) - set(getattr(table, "optional", ()))
     if unknown:
         raise TypeError(f"unexpected keyword(s) {sorted(unknown)}; sizes are {sorted(sizes)}")
     sizes.update({k: v for k, v in overrides.items() if v is not None})
@@ -141,6 +160,27 @@ def checkpointing(folder: str | os.PathLike | None, run: str, steps: int) -> dic
     name = re.sub(r"[^A-Za-z0-9._=-]+", "_", run).strip("_")
     return {"checkpoint": os.path.join(os.fspath(folder), f"{name}.pt"), "resume": True,
             "checkpoint_every": max(1, steps // 10)}
+
+
+def eval_split(task) -> str:
+    """The split a run is watched on while it trains (and any choice is made on): the task's validation split
+    where it has one, else its test split (the quick profile's tasks, as the lessons were made)."""
+    return "validation" if "validation" in task.splits else "test"
+
+
+def test_metrics(model, task, history) -> dict:
+    """The test metrics a result reports, the test split read once: the run's final evaluation where it was
+    evaluated on the test split (no validation split), else one evaluation of the test split now."""
+    if eval_split(task) == "test" and history.final is not None:
+        return dict(history.final)
+    from seqlab import train
+
+    return train.evaluate(model, task, "test")
+
+
+def validation_accuracy(task, history) -> float | None:
+    """The run's final accuracy on the validation split (``None`` where the task has none)."""
+    return float(history.final["accuracy"]) if eval_split(task) == "validation" and history.final else None
 
 
 def min_seconds(fn, repeats: int, *, warmup: bool = False) -> float:

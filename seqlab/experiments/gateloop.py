@@ -5,7 +5,9 @@ learned ``a`` per channel), trained on Memory Horizon; returned: their test accu
 accuracy against the required memory span (Fig. 7), the histories and the trained models (for the
 transition heatmaps of Fig. 5, read by ``seqlab.readout.gateloop_transitions``).
 
-Sizes: ``quick`` (CPU, minutes): ``seq_len=128``, 2 layers of ``d_model=32``; ``full``: Appendix C.1, in
+Sizes: ``quick`` (CPU, minutes): ``seq_len=128``, 2 layers of ``d_model=32``; ``medium`` (CPU, for the
+claim over several seeds): ``configs/medium/gateloop-memory-horizon.toml``, with a validation split and
+Appendix C.1's learning rate, warm-up share and AdamW betas; ``full``: Appendix C.1, in
 ``configs/gateloop-memory-horizon.toml`` (``seq_len=1024``, 4 layers, ``d_model=d_qk=d_v=64``, ``d_ff=128``,
 batch 32, lr 0.0025, AdamW, weight decay 0.05, 10000 warm-up steps then cosine decay; the paper's 300
 epochs of 2000 samples are 18750 steps; ``seqlab.train.fit`` keeps AdamW's default betas, not the paper's
@@ -17,7 +19,8 @@ import torch
 
 from seqlab import config
 from seqlab.experiments import experiment
-from seqlab.experiments._common import Sizes, checkpointing, profile_sizes
+from seqlab.experiments._common import (Sizes, checkpointing, eval_split, profile_sizes, test_metrics,
+                                        validation_accuracy)
 from seqlab.tasks.base import IGNORE
 
 __all__ = ["SIZES", "memory_horizon_comparison", "accuracy_by_span"]
@@ -50,9 +53,11 @@ def accuracy_by_span(model, task, split: str = "test", bins=None, batch_size: in
 
 
 # Quick sizes: a CPU in minutes. The full sizes (Appendix C.1) are in configs/gateloop-memory-horizon.toml.
+# Optional: ``validation_size`` (a validation split, watched instead of the test split) and ``betas`` (AdamW's;
+# seqlab.train.fit's default where not given).
 SIZES = Sizes("gateloop-memory-horizon", dict(
     seq_len=128, steps=250, d_model=32, n_layers=2, n_heads=None, batch_size=32, lr=5e-3, weight_decay=0.05,
-    warmup=None, train_size=2000, test_size=200))
+    warmup=None, train_size=2000, test_size=200), optional=("validation_size", "betas"))
 
 
 @experiment("gateloop-memory-horizon")
@@ -61,28 +66,33 @@ def memory_horizon_comparison(*, profile: str | None = None, seed: int = 0, prog
     """Data-controlled vs fixed state transitions on Memory Horizon (Fig. 6-7).
 
     Sizes (``seq_len, steps, d_model, n_layers, n_heads, batch_size, lr, weight_decay, warmup, train_size,
-    test_size``) come from the profile and may be overridden by keyword. ``checkpoint_dir``: save each run
-    there and resume it (``seqlab.experiments`` module doc).
+    test_size``; optional ``validation_size, betas``) come from the profile and may be overridden by keyword.
+    ``checkpoint_dir``: save each run there and resume it (``seqlab.experiments`` module doc).
 
-    Returns ``{"accuracy": {"data_controlled": float, "fixed": float}, "by_span": {variant: rows},
-    "histories": {variant: History}, "models": {variant: model}, "task": task, "config": dict}``.
+    Returns ``{"accuracy": {"data_controlled": float, "fixed": float}, "validation": {variant: accuracy on the
+    validation split, None without one}, "by_span": {variant: rows}, "histories": {variant: History},
+    "models": {variant: model}, "task": task, "config": dict}``.
     """
     from seqlab import models, tasks, train
 
     cfg = profile_sizes(SIZES, profile, overrides)
     task = tasks.memory_horizon(seq_len=cfg["seq_len"], train_size=cfg["train_size"], test_size=cfg["test_size"],
-                                seed=seed)
-    results = {"accuracy": {}, "by_span": {}, "histories": {}, "models": {}, "task": task, "config": cfg}
+                                seed=seed, validation_size=cfg.get("validation_size") or 0)
+    watched = eval_split(task)
+    optimizer = {"betas": tuple(cfg["betas"])} if cfg.get("betas") else {}
+    results = {"accuracy": {}, "validation": {}, "by_span": {}, "histories": {}, "models": {}, "task": task,
+               "config": cfg}
     for variant, data_controlled in (("data_controlled", True), ("fixed", False)):
         config.seed_everything(seed)
         model = models.build("gateloop", vocab_size=task.vocab_size, d_model=cfg["d_model"], n_layers=cfg["n_layers"],
                              n_heads=cfg["n_heads"], d_ff=2 * cfg["d_model"], data_controlled=data_controlled)
         history = train.fit(model, task, steps=cfg["steps"], batch_size=cfg["batch_size"], lr=cfg["lr"], seed=seed,
                             weight_decay=cfg["weight_decay"], warmup=cfg["warmup"], progress=progress,
-                            desc=f"GateLoop {variant}", callbacks=callbacks,
+                            desc=f"GateLoop {variant}", callbacks=callbacks, eval_split=watched, **optimizer,
                             **checkpointing(checkpoint_dir, f"{variant}-seed{seed}", cfg["steps"]))
         results["histories"][variant] = history
         results["models"][variant] = model
-        results["accuracy"][variant] = float(train.evaluate(model, task, split="test")["accuracy"])
+        results["accuracy"][variant] = float(test_metrics(model, task, history)["accuracy"])
+        results["validation"][variant] = validation_accuracy(task, history)
         results["by_span"][variant] = accuracy_by_span(model, task)
     return results

@@ -20,9 +20,11 @@ import torch
 
 from seqlab import config
 from seqlab.experiments import experiment
-from seqlab.experiments._common import Sizes, checkpointing, min_seconds, profile_sizes
+from seqlab.experiments._common import (Sizes, checkpointing, eval_split, min_seconds, profile_sizes, test_metrics,
+                                        validation_accuracy)
 
-__all__ = ["scan_speed", "digits_classifier", "ablation", "causal_lm", "DIGITS_SIZES", "COPYING_SIZES"]
+__all__ = ["scan_speed", "digits_classifier", "ablation", "causal_lm", "DIGITS_SIZES", "COPYING_SIZES",
+           "ABLATION_SIZES", "SPEED_SIZES"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -42,6 +44,11 @@ def _backward_time(fn, inputs, repeats: int) -> float:
         out.backward(weight)
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+# The sizes of the timing claim (python -m seqlab reproduce lightnet-one-scan): quick as lesson 04 times it, medium
+# in configs/medium/decay-speed.toml. (decay-speed itself takes them as arguments: it has no profile.)
+SPEED_SIZES = Sizes("decay-speed", dict(lengths=(512, 1024, 2048, 4096), heads=4, dim=64, repeats=2, threads=1))
 
 
 @experiment("decay-speed")
@@ -134,10 +141,11 @@ def _train(task, model_config: dict, sizes: dict, *, seed: int, callbacks=(), de
                   **model_config)
     history = train.fit(model, task, steps=sizes["steps"], batch_size=sizes["batch_size"], lr=sizes["lr"], seed=seed,
                         eval_every=sizes.get("eval_every"), callbacks=callbacks, threads=sizes.get("threads"),
-                        desc=desc, progress=progress,
+                        desc=desc, progress=progress, eval_split=eval_split(task),
                         **checkpointing(checkpoint_dir, f"{run_name}-seed{seed}", sizes["steps"]))
-    return {"model": model, "history": history, "accuracy": float(history.final["accuracy"]),
-            "loss": float(history.final["loss"]), "config": model_config}
+    final = test_metrics(model, task, history)
+    return {"model": model, "history": history, "accuracy": float(final["accuracy"]), "loss": float(final["loss"]),
+            "validation_accuracy": validation_accuracy(task, history), "config": model_config}
 
 
 def _digits_task(sizes: dict):
@@ -167,7 +175,8 @@ def ablation(*, profile: str | None = None, seed: int = 0, variants: dict | None
     """LightNet with and without MD-TPE, MD-LRPE and the additive decay (Tables 1, 5-7) on digits.
 
     ``variants``: ``{name: config changes}`` (default :data:`ABLATIONS`); ``callbacks_for(name)`` may
-    return fit callbacks per variant. Returns ``rows`` (``variant, accuracy, loss, parameters``),
+    return fit callbacks per variant. Returns ``rows`` (``variant, accuracy, loss, parameters`` and
+    ``validation_accuracy``: None unless ``task_kwargs`` give the digits a validation split),
     ``histories`` and ``models`` keyed by variant.
     """
     from seqlab.models import count_parameters
@@ -182,7 +191,7 @@ def ablation(*, profile: str | None = None, seed: int = 0, variants: dict | None
         run = _train(task, {**base, **change}, sizes, seed=seed, callbacks=cbs, desc=name, progress=progress,
                      checkpoint_dir=checkpoint_dir, run_name=name)
         rows.append({"variant": name, "accuracy": run["accuracy"], "loss": run["loss"],
-                     "parameters": count_parameters(run["model"])})
+                     "parameters": count_parameters(run["model"]), "validation_accuracy": run["validation_accuracy"]})
         histories[name], models[name] = run["history"], run["model"]
     return {"rows": rows, "histories": histories, "models": models, "task": task}
 

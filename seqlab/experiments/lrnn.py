@@ -28,7 +28,8 @@ import torch
 
 from seqlab import config
 from seqlab.experiments import experiment
-from seqlab.experiments._common import Sizes, checkpointing, min_seconds, profile_sizes
+from seqlab.experiments._common import (Sizes, checkpointing, eval_split, min_seconds, profile_sizes, test_metrics,
+                                        validation_accuracy)
 
 __all__ = ["SIZES", "make_task", "matched_width", "comparison_models", "fst_comparison", "parameter_table",
            "twist_cost"]
@@ -113,7 +114,9 @@ def fst_comparison(*, task: str = "digits", profile: str | None = None, models=(
     """FST vs LRNN-only vs Transformer at matched parameter counts (002 §3.2, §3.5).
 
     Returns ``{"task", "profile", "sizes", "rows", "histories", "models", "alphas", "data"}``: ``rows`` one
-    dict per model (``model, config, params, test_accuracy, test_loss, seconds``), ``histories``
+    dict per model (``model, config, params, test_accuracy, test_loss, validation_accuracy, seconds``; the runs
+    are watched on the task's validation split where ``task_kwargs`` give one, ``validation_accuracy`` is None
+    otherwise), ``histories``
     and ``models`` by name, ``alphas`` the FST's ``[{"block", "alpha1", "alpha2"}]`` after training
     (``None`` when FST was not trained), ``data`` the task. ``callbacks`` are passed to every ``fit``; ``live`` (a
     ``seqlab.viz.LivePlot``) draws every run into one live figure; ``checkpoint_dir`` saves every run there and
@@ -139,12 +142,13 @@ def fst_comparison(*, task: str = "digits", profile: str | None = None, models=(
         history = train.fit(model, data, steps=sizes["steps"], batch_size=sizes["batch_size"], lr=lr, seed=seed,
                             eval_every=sizes["eval_every"], progress=progress,
                             callbacks=[*callbacks, *([live.run(name)] if live is not None else [])],
-                            desc=f"{name} on {task}", threads=sizes["threads"],
+                            desc=f"{name} on {task}", threads=sizes["threads"], eval_split=eval_split(data),
                             **checkpointing(checkpoint_dir, f"{name}-{task}-seed{seed}", sizes["steps"]))
         seconds = time.perf_counter() - start
-        final = train.evaluate(model, data, split="test")
+        final = test_metrics(model, data, history)
         rows.append({"model": name, "config": cfg, "params": params, "lr": lr,
-                     "test_accuracy": float(final["accuracy"]), "test_loss": float(final["loss"]), "seconds": seconds})
+                     "test_accuracy": float(final["accuracy"]), "test_loss": float(final["loss"]),
+                     "validation_accuracy": validation_accuracy(data, history), "seconds": seconds})
         histories[name], trained[name] = history, model
     alphas = readout.fst_alphas(trained["fst"]) if "fst" in trained else None
     return {"task": task, "profile": profile or config.profile(), "sizes": sizes, "rows": rows,

@@ -20,22 +20,25 @@ from __future__ import annotations
 
 from seqlab import config
 from seqlab.experiments import experiment
-from seqlab.experiments._common import Sizes, checkpointing, profile_sizes
+from seqlab.experiments._common import (Sizes, checkpointing, eval_split, profile_sizes, test_metrics,
+                                        validation_accuracy)
 
 __all__ = ["copying_pair", "copying_ablation", "copying_scaling", "birn_digits", "text_model", "SIZES",
            "ABLATION_VARIANTS", "train_copying"]
 
-# Quick sizes, tuned to run on 2 busy CPU cores; the full sizes (the papers') are in configs/<experiment>.toml.
+# Quick sizes, tuned to run on 2 busy CPU cores; the full sizes (the papers') are in configs/<experiment>.toml,
+# the medium ones in configs/medium/. ``validation_size`` (optional): a validation split that the runs are
+# watched on (the quick profile has none and watches the test split, as its lessons were made).
 SIZES = {
     "copying": Sizes("relation-copying", dict(
         length=16, d_model=64, n_layers=1, steps=250, batch_size=16, lr=3e-3, train_size=8000, test_size=256,
-        eval_every=25)),
+        eval_every=25), optional=("validation_size",)),
     "ablation": Sizes("relation-copying-ablation", dict(
         length=6, d_model=64, n_layers=1, steps=120, batch_size=16, lr=3e-3, train_size=4000, test_size=128,
-        eval_every=20)),
+        eval_every=20), optional=("validation_size",)),
     "scaling": Sizes("relation-copying-scaling", dict(
         lengths=(4, 8), d_model=64, n_layers=1, max_steps=150, batch_size=16, lr=3e-3, train_size=4000,
-        test_size=128, eval_every=10)),
+        test_size=128, eval_every=10), optional=("validation_size",)),
     "birn": Sizes("relation-birn-digits", dict(
         d_model=32, n_layers=2, steps=400, batch_size=32, lr=3e-3, levels=2, pre_norm="approx")),
     "text": Sizes("relation-text", dict(
@@ -52,20 +55,21 @@ ABLATION_VARIANTS = {
 }
 
 
-def _copy_task(length: int, train_size: int, test_size: int, seed: int):
+def _copy_task(length: int, train_size: int, test_size: int, seed: int, validation_size: int | None = None):
     from seqlab import tasks
 
     return tasks.copying(min_len=length, max_len=length, train_size=train_size, test_size=test_size, seed=seed,
-                         autoregressive_n=0)
+                         autoregressive_n=0, validation_size=validation_size or 0)
 
 
 def train_copying(model_name: str, task, *, d_model: int, n_layers: int, steps: int, batch_size: int, lr: float,
                   eval_every: int, seed: int = 0, callbacks=(), progress: bool = True, stop_at: float | None = None,
                   checkpoint_dir: str | None = None, run_name: str | None = None, **model_config):
-    """Build ``model_name`` for ``task`` and fit it; ``stop_at``: stop once the test accuracy reaches it.
+    """Build ``model_name`` for ``task`` and fit it; ``stop_at``: stop once the accuracy on the watched split
+    (:func:`~seqlab.experiments._common.eval_split`: validation where the task has one, else test) reaches it.
     ``checkpoint_dir``: save the run there as ``run_name`` (default ``model_name``) and resume it.
 
-    Returns ``(model, history)``; ``history.final`` holds the last evaluation."""
+    Returns ``(model, history)``; ``history.final`` holds the last evaluation of the watched split."""
     from seqlab import models, train
 
     config.seed_everything(seed)
@@ -73,25 +77,26 @@ def train_copying(model_name: str, task, *, d_model: int, n_layers: int, steps: 
     model_config.setdefault("positions", "learned")                # 001 App. D: trainable positions, every model
     model = models.build(model_name, vocab_size=task.vocab_size, d_model=d_model, n_layers=n_layers, **extra, **model_config)
     callbacks = list(callbacks)
+    watched = eval_split(task)
     if stop_at is not None:
-        callbacks.append(_StopAt(stop_at))
+        callbacks.append(_StopAt(stop_at, watched))
     history = train.fit(model, task, steps=steps, batch_size=batch_size, lr=lr, seed=seed, eval_every=eval_every,
-                        callbacks=callbacks, progress=progress, desc=model_name,
+                        callbacks=callbacks, progress=progress, desc=model_name, eval_split=watched,
                         **checkpointing(checkpoint_dir, run_name or model_name, steps))
     if history.final is None:   # stopped early: the last evaluation is the final one
-        evals = history.split("test")
+        evals = history.split(watched)
         history.final = {k: v for k, v in evals[-1].items() if k not in ("step", "split")} if evals else None
     return model, history
 
 
 class _StopAt:
-    def __init__(self, threshold: float):
-        self.threshold = threshold
+    def __init__(self, threshold: float, split: str = "test"):
+        self.threshold, self.split = threshold, split
 
     def __call__(self, history, record):
         from seqlab.train import StopTraining
 
-        if record.get("split") == "test" and record.get("accuracy", 0.0) >= self.threshold:
+        if record.get("split") == self.split and record.get("accuracy", 0.0) >= self.threshold:
             raise StopTraining
 
 
@@ -100,20 +105,23 @@ def copying_pair(*, profile: str | None = None, seed: int = 0, callbacks=(), pro
                  checkpoint_dir: str | None = None, **sizes) -> dict:
     """CausalRN (quadratic, exact pre-activation norm) vs linear CausalRN, same budget (001 Fig. 4).
 
-    Returns ``{"accuracy": {name: final parallel accuracy}, "histories": {name: History},
-    "models": {name: trained model}, "task": the copying task, "sizes": ...}``."""
+    Returns ``{"accuracy": {name: final parallel test accuracy}, "validation": {name: final parallel accuracy on
+    the validation split, None without one}, "histories": {name: History}, "models": {name: trained model},
+    "task": the copying task, "sizes": ...}``."""
     s = profile_sizes(SIZES["copying"], profile, sizes)
-    task = _copy_task(s["length"], s["train_size"], s["test_size"], seed)
+    task = _copy_task(s["length"], s["train_size"], s["test_size"], seed, s.get("validation_size"))
     run = {k: s[k] for k in ("d_model", "n_layers", "steps", "batch_size", "lr", "eval_every")}
-    out = {"accuracy": {}, "histories": {}, "models": {}, "task": task, "sizes": s}
+    out = {"accuracy": {}, "validation": {}, "histories": {}, "models": {}, "task": task, "sizes": s}
     for name in ("causalrn", "linear-causalrn"):
         cbs = [cb.run(name) if hasattr(cb, "run") else cb for cb in callbacks]
         model, history = train_copying(name, task, seed=seed, callbacks=cbs, progress=progress,
                                        checkpoint_dir=checkpoint_dir, run_name=f"{name}-seed{seed}", **run)
         out["models"][name] = model
         out["histories"][name] = history
-        out["accuracy"][name] = history.final["accuracy"]
+        out["accuracy"][name] = test_metrics(model, task, history)["accuracy"]
+        out["validation"][name] = validation_accuracy(task, history)
     return out
+
 
 
 @experiment("relation-copying-ablation")
@@ -121,28 +129,32 @@ def copying_ablation(*, profile: str | None = None, seed: int = 0, groups=None, 
                      checkpoint_dir: str | None = None, **sizes) -> dict:
     """001 Fig. 2 (a-c) and 000 Fig. 4d: the proposed CausalRN, changing one component at a time.
 
-    Returns ``{"groups": {group: {label: History}}, "final": {group: {label: accuracy}}, "sizes": ...}``;
-    the proposed configuration is trained once and shared by every group."""
+    Returns ``{"groups": {group: {label: History}}, "final": {group: {label: test accuracy}}, "validation":
+    {group: {label: validation accuracy, None without a validation split}}, "sizes": ...}``; the proposed
+    configuration is trained once and shared by every group."""
     s = profile_sizes(SIZES["ablation"], profile, sizes)
     groups = list(groups or ABLATION_VARIANTS)
     bad = [g for g in groups if g not in ABLATION_VARIANTS]
     if bad:
         raise ValueError(f"groups: unknown {bad}; expected some of {list(ABLATION_VARIANTS)}")
-    task = _copy_task(s["length"], s["train_size"], s["test_size"], seed)
+    task = _copy_task(s["length"], s["train_size"], s["test_size"], seed, s.get("validation_size"))
     run = {k: s[k] for k in ("d_model", "n_layers", "steps", "batch_size", "lr", "eval_every")}
-    cache: dict[tuple, object] = {}
-    out = {"groups": {}, "final": {}, "sizes": s}
+    cache: dict[tuple, tuple] = {}
+    out = {"groups": {}, "final": {}, "validation": {}, "sizes": s}
     for group in groups:
-        out["groups"][group], out["final"][group] = {}, {}
+        out["groups"][group], out["final"][group], out["validation"][group] = {}, {}, {}
         for label, change in ABLATION_VARIANTS[group].items():
             cfg = {**BASE, **change}
             key = tuple(sorted(cfg.items()))
             if key not in cache:
                 name = "-".join(f"{k}={v}" for k, v in key) + f"-seed{seed}"
-                _, cache[key] = train_copying("causalrn", task, seed=seed, progress=progress,
-                                              checkpoint_dir=checkpoint_dir, run_name=name, **run, **cfg)
-            out["groups"][group][label] = cache[key]
-            out["final"][group][label] = cache[key].final["accuracy"]
+                model, history = train_copying("causalrn", task, seed=seed, progress=progress,
+                                               checkpoint_dir=checkpoint_dir, run_name=name, **run, **cfg)
+                cache[key] = (history, test_metrics(model, task, history)["accuracy"])
+            history, accuracy = cache[key]
+            out["groups"][group][label] = history
+            out["final"][group][label] = accuracy
+            out["validation"][group][label] = validation_accuracy(task, history)
     return out
 
 
@@ -150,22 +162,24 @@ def copying_ablation(*, profile: str | None = None, seed: int = 0, groups=None, 
 def copying_scaling(*, profile: str | None = None, seed: int = 0, names=("causalrn", "linear-causalrn", "transformer",
                     "linear-transformer"), threshold: float = 0.99, progress: bool = False,
                     checkpoint_dir: str | None = None, **sizes) -> dict:
-    """Iterations until 99 % test accuracy against string length (001 Fig. 4 / 000 Fig. 6).
+    """Iterations until 99 % accuracy against string length (001 Fig. 4 / 000 Fig. 6), the accuracy watched on
+    the validation split where the sizes give one (``validation_size``), else on the test split.
 
-    Returns ``{"lengths": [...], "iterations": {name: [steps or None (not reached)]}, "final": ...}``."""
+    Returns ``{"lengths": [...], "iterations": {name: [steps or None (not reached)]}, "final": {name: [test
+    accuracy where the run stopped]}, ...}``."""
     s = profile_sizes(SIZES["scaling"], profile, sizes)
     run = {k: s[k] for k in ("d_model", "n_layers", "batch_size", "lr", "eval_every")}
     out = {"lengths": list(s["lengths"]), "iterations": {}, "final": {}, "max_steps": s["max_steps"], "sizes": s}
     for name in names:
         out["iterations"][name], out["final"][name] = [], []
         for length in s["lengths"]:
-            task = _copy_task(length, s["train_size"], s["test_size"], seed)
-            _, history = train_copying(name, task, steps=s["max_steps"], seed=seed, stop_at=threshold,
-                                       progress=progress, checkpoint_dir=checkpoint_dir,
-                                       run_name=f"{name}-L{length}-seed{seed}", **run)
-            reached = [r["step"] for r in history.split("test") if r["accuracy"] >= threshold]
+            task = _copy_task(length, s["train_size"], s["test_size"], seed, s.get("validation_size"))
+            model, history = train_copying(name, task, steps=s["max_steps"], seed=seed, stop_at=threshold,
+                                           progress=progress, checkpoint_dir=checkpoint_dir,
+                                           run_name=f"{name}-L{length}-seed{seed}", **run)
+            reached = [r["step"] for r in history.split(eval_split(task)) if r["accuracy"] >= threshold]
             out["iterations"][name].append(reached[0] if reached else None)
-            out["final"][name].append(history.final["accuracy"])
+            out["final"][name].append(test_metrics(model, task, history)["accuracy"])
     return out
 
 

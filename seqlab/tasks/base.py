@@ -20,6 +20,17 @@ import torch.nn.functional as F
 IGNORE = -100
 
 
+def split_sizes(train_size: int, test_size: int, validation_size: int = 0) -> list[tuple[str, int]]:
+    """The order a generated task draws its splits from one stream: train, test, then validation (when asked
+    for), so that adding a validation split leaves the train and test splits as they were."""
+    return [("train", train_size), ("test", test_size)] + ([("validation", validation_size)] if validation_size else [])
+
+
+def validation_param(validation_size: int) -> dict:
+    """The cache-key entry of a validation split: none without one (the caches made before it stay valid)."""
+    return {"validation_size": validation_size} if validation_size else {}
+
+
 @dataclass
 class Task:
     name: str

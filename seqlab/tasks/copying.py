@@ -45,7 +45,7 @@ import torch
 
 from seqlab.config import model_device
 from seqlab.tasks._cache import cached_splits
-from seqlab.tasks.base import IGNORE, Task
+from seqlab.tasks.base import IGNORE, Task, split_sizes, validation_param
 
 __all__ = ["copying", "CopyingTask", "copying_autoregressive_accuracy", "PAD", "BOS", "SEP", "EOS"]
 
@@ -85,18 +85,21 @@ def _make_split(rng: np.random.Generator, size: int, min_len: int, max_len: int,
 
 
 def copying(*, min_len: int = 8, max_len: int = 8, alphabet: int = 26, train_size: int = 20000,
-            test_size: int = 1000, seed: int = 0, autoregressive_n: int = 256) -> CopyingTask:
+            test_size: int = 1000, seed: int = 0, autoregressive_n: int = 256,
+            validation_size: int = 0) -> CopyingTask:
     """The copying task: strings of ``min_len..max_len`` letters drawn from the first ``alphabet``
     lower-case letters; ``seq_len = 2 * max_len + 2``; ``vocab_size = 4 + alphabet``.
 
     ``train_size`` / ``test_size`` examples (disjoint streams of one generator seeded by ``seed``;
-    a repeated string has probability ``~(size / alphabet**n)``). ``autoregressive_n``: how many
+    a repeated string has probability ``~(size / alphabet**n)``). ``validation_size > 0`` adds a
+    ``"validation"`` split drawn after the test split from the same stream, so the train and test
+    splits are the same with or without it. ``autoregressive_n``: how many
     test strings ``evaluate`` decodes greedily for ``"autoregressive_accuracy"`` (0: skip).
     The paper's sizes (full profile): ``min_len = max_len`` in 16..256, ``alphabet=26``.
     """
     for name, v, lo in (("min_len", min_len, 1), ("max_len", max_len, 1), ("alphabet", alphabet, 2),
                         ("train_size", train_size, 1), ("test_size", test_size, 1), ("seed", seed, 0),
-                        ("autoregressive_n", autoregressive_n, 0)):
+                        ("autoregressive_n", autoregressive_n, 0), ("validation_size", validation_size, 0)):
         if not isinstance(v, int) or v < lo:
             raise ValueError(f"{name}: expected an int >= {lo}, got {v!r}")
     if min_len > max_len:
@@ -104,14 +107,14 @@ def copying(*, min_len: int = 8, max_len: int = 8, alphabet: int = 26, train_siz
     if alphabet > 26:
         raise ValueError(f"alphabet: expected at most 26 letters, got {alphabet}")
     params = dict(min_len=min_len, max_len=max_len, alphabet=alphabet, train_size=train_size,
-                  test_size=test_size, seed=seed)
+                  test_size=test_size, seed=seed, **validation_param(validation_size))
 
     def build() -> dict:
         import datasets
 
         rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))   # 1: the copying task's stream
         out = {}
-        for split, size in (("train", train_size), ("test", test_size)):
+        for split, size in split_sizes(train_size, test_size, validation_size):
             out[split] = datasets.Dataset.from_dict(_make_split(rng, size, min_len, max_len, alphabet))
         return out
 

@@ -11,6 +11,8 @@ Two layouts of the same images:
   ``seq_len = (8 / patch)**2``, the grid ``(8 / patch, 8 / patch)`` in ``task.info["grid"]``).
 
 The train/test split is a fixed, seeded, stratified 80/20 split (``seed``, ``test_fraction``).
+``validation_fraction > 0`` carves a ``"validation"`` split of that fraction of all the images out of the
+training part (stratified, seeded), leaving the test split as it is.
 """
 from __future__ import annotations
 
@@ -37,16 +39,24 @@ def image_to_patch_tokens(images: np.ndarray, patch: int = 2, levels: int = 4) -
     return blocks @ radix
 
 
-def _split_indices(labels: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def _split_indices(labels: np.ndarray, test_fraction: float, seed: int,
+                   validation_fraction: float = 0.0) -> dict[str, np.ndarray]:
+    """``{"train", "test"[, "validation"]}`` -> sorted image indices; the test split does not depend on
+    ``validation_fraction``."""
     from sklearn.model_selection import train_test_split
 
     idx = np.arange(len(labels))
     train, test = train_test_split(idx, test_size=test_fraction, random_state=seed, stratify=labels)
-    return np.sort(train), np.sort(test)
+    out = {"train": train, "test": test}
+    if validation_fraction:
+        size = round(validation_fraction * len(labels))
+        out["train"], out["validation"] = train_test_split(train, test_size=size, random_state=seed,
+                                                           stratify=labels[train])
+    return {split: np.sort(i) for split, i in out.items()}
 
 
 def digits(*, layout: str = "sequence", patch: int = 2, levels: int = 4, test_fraction: float = 0.2,
-           seed: int = 0) -> Task:
+           seed: int = 0, validation_fraction: float = 0.0) -> Task:
     """The 8x8 digits as a 10-class task; ``layout`` ``"sequence"`` (64 intensity tokens) or ``"patches"``."""
     if layout not in ("sequence", "patches"):
         raise ValueError(f"layout: expected 'sequence' or 'patches', got {layout!r}")
@@ -60,10 +70,14 @@ def digits(*, layout: str = "sequence", patch: int = 2, levels: int = 4, test_fr
                              f"tokens is too large; use a smaller patch or fewer levels")
     if not 0 < test_fraction < 1:
         raise ValueError(f"test_fraction: expected a number in (0, 1), got {test_fraction!r}")
+    if not 0 <= validation_fraction < 1 - test_fraction:
+        raise ValueError(f"validation_fraction: expected a number in [0, {1 - test_fraction:g}) (what the test split "
+                         f"leaves), got {validation_fraction!r}")
     if not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed: expected a non-negative int, got {seed!r}")
     params = dict(layout=layout, test_fraction=test_fraction, seed=seed,
-                  **({"patch": patch, "levels": levels} if layout == "patches" else {}))
+                  **({"patch": patch, "levels": levels} if layout == "patches" else {}),
+                  **({"validation_fraction": validation_fraction} if validation_fraction else {}))
 
     def build() -> dict:
         import datasets
@@ -73,7 +87,7 @@ def digits(*, layout: str = "sequence", patch: int = 2, levels: int = 4, test_fr
         images, labels = bunch.images.astype(np.int64), bunch.target.astype(np.int64)   # (1797, 8, 8), (1797,)
         tokens = images.reshape(len(images), -1) if layout == "sequence" else image_to_patch_tokens(images, patch, levels)
         out = {}
-        for split, idx in zip(("train", "test"), _split_indices(labels, test_fraction, seed)):
+        for split, idx in _split_indices(labels, test_fraction, seed, validation_fraction).items():
             out[split] = datasets.Dataset.from_dict({"input_ids": tokens[idx].tolist(), "labels": labels[idx].tolist(),
                                                      "index": idx.tolist()})
         return out

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from seqlab.tasks._cache import cached_splits
-from seqlab.tasks.base import IGNORE, Task
+from seqlab.tasks.base import IGNORE, Task, split_sizes, validation_param
 
 __all__ = ["memory_horizon", "compress", "memory_spans", "memory_horizon_targets"]
 
@@ -79,27 +79,29 @@ def _make_split(rng: np.random.Generator, size: int, seq_len: int, resets: int, 
 
 
 def memory_horizon(*, seq_len: int = 128, resets: int = 3, input_max: int = 4, max_output: int = 50,
-                   train_size: int = 2000, test_size: int = 500, seed: int = 0) -> Task:
+                   train_size: int = 2000, test_size: int = 500, seed: int = 0, validation_size: int = 0) -> Task:
     """The Memory Horizon task (Appendix A). Quick-profile defaults; Table 2 has ``seq_len=1024``.
 
     ``vocab_size = max_output + 1`` (numbers and the reset token ``info["reset"] = max_output``).
+    ``validation_size > 0`` adds a ``"validation"`` split drawn after the test split from the same stream
+    (the train and test splits stay the same).
     """
     for name, v, lo in (("seq_len", seq_len, 1), ("resets", resets, 0), ("input_max", input_max, 1),
                         ("max_output", max_output, 2), ("train_size", train_size, 1), ("test_size", test_size, 1),
-                        ("seed", seed, 0)):
+                        ("seed", seed, 0), ("validation_size", validation_size, 0)):
         if not isinstance(v, int) or v < lo:
             raise ValueError(f"{name}: expected an int >= {lo}, got {v!r}")
     if input_max >= max_output:
         raise ValueError(f"input_max: expected < max_output={max_output}, got {input_max}")
     params = dict(seq_len=seq_len, resets=resets, input_max=input_max, max_output=max_output,
-                  train_size=train_size, test_size=test_size, seed=seed)
+                  train_size=train_size, test_size=test_size, seed=seed, **validation_param(validation_size))
 
     def build() -> dict:
         import datasets
 
         rng = np.random.default_rng(np.random.SeedSequence([seed, 4]))   # 4: the memory-horizon stream
         return {split: datasets.Dataset.from_dict(_make_split(rng, size, seq_len, resets, input_max, max_output))
-                for split, size in (("train", train_size), ("test", test_size))}
+                for split, size in split_sizes(train_size, test_size, validation_size)}
 
     splits = cached_splits("memory_horizon", params, build)
     itos = [str(i) for i in range(max_output)] + ["<reset>"]

@@ -1,0 +1,658 @@
+"""The papers' headline claims, reproduced over several seeds: ``python -m seqlab reproduce [ID ...]``.
+
+Each :class:`Claim` is data: the paper and its statement, the metric, the arm that should win (``better``)
+and its rivals, the paper's values (with the stand-in seqlab uses for the paper's data or setting), and how
+one seed runs: a registered experiment at the profile's sizes, its numbers read into one value per arm.
+:func:`reproduce` runs a claim over seeds ``0 .. seeds-1`` and writes
+
+- ``<out>/<id>.json``: the claim's record (the fields of :data:`FIELDS`, plus the seeds, the per-arm means and
+  standard deviations, the validation values, the sizes and per-seed details);
+- ``<out>/<id>.png``: its figure (``seqlab.viz.claims``; exported by kaleido with a Chromium, else the
+  figure's JSON as ``<id>.plotly.json``);
+- ``<out>/claims.json`` (``{"claims": [record, ...]}``, every finished claim in the order of :data:`CLAIMS`) and
+  ``<out>/README.md`` (:func:`render_readme`), gathered again after each claim.
+
+``<out>`` is ``results/`` for the medium profile and ``results/<profile>/`` for any other. Each seed's runs
+are checkpointed under ``<out>/.runs/<profile>/<id>/seed<k>/`` (git-ignored) and its numbers kept there once
+it finishes, so an interrupted claim resumes where it stopped; a claim already written in this profile with
+these seeds is skipped (``redo=True`` runs it again from scratch).
+
+Numbers. Every run is watched on a validation split (the medium sizes give each task one): choices are made
+there, and the value a claim reports is read once from the test split. The verdict (:func:`verdict`) compares
+the seeds' means of ``better`` and of the strongest rival (``worse``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from seqlab import config
+
+__all__ = ["Claim", "CLAIMS", "FIELDS", "verdict", "strongest_rival", "summarize", "reproduce", "reproduce_claim",
+           "render_readme", "gather", "default_out", "machine", "RESULTS_DIR"]
+
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
+
+# The fields every claim record has (issue #18); records add seeds, mean, std, validation, sizes and details.
+FIELDS = ("id", "paper", "statement", "profile", "metric", "higher_is_better", "better", "worse", "arms",
+          "paper_values", "verdict", "command", "wall_s", "machine")
+
+VERDICTS = ("reproduced", "partly", "not reproduced")
+
+
+# ----------------------------------------------------------------------------------------------- the rule
+
+
+def _spread(values) -> float:
+    """The seeds' sample standard deviation (0 for a single seed)."""
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def verdict(better, worse, *, higher_is_better: bool = True, better_censored=()) -> str:
+    """The verdict rule of issue #18 on the per-seed values of the two arms a claim compares.
+
+    ``"reproduced"``: the mean of ``better`` beats the mean of ``worse`` (in the metric's direction) by more than
+    twice the larger of the two sample standard deviations; ``"partly"``: it beats it, by less; ``"not
+    reproduced"`` otherwise. A censored value (a run that never reached its target: its budget is recorded, a
+    bound, not a measurement) in ``better`` (``better_censored``: one bool per seed) caps the verdict at
+    ``"partly"``; censored values in ``worse`` only make the comparison conservative."""
+    better, worse = [float(v) for v in better], [float(v) for v in worse]
+    if not better or not worse:
+        raise ValueError(f"verdict: expected at least one value per arm, got {len(better)} and {len(worse)}")
+    gap = statistics.fmean(better) - statistics.fmean(worse)
+    gap = gap if higher_is_better else -gap
+    if gap <= 0:
+        return "not reproduced"
+    if gap > 2 * max(_spread(better), _spread(worse)) and not any(better_censored):
+        return "reproduced"
+    return "partly"
+
+
+def strongest_rival(arms: dict, rivals, higher_is_better: bool = True) -> str:
+    """The rival arm with the best mean (``worse`` of a claim with more than two arms); ties go to the first."""
+    sign = 1 if higher_is_better else -1
+    return max(rivals, key=lambda arm: (sign * statistics.fmean(arms[arm]), -list(rivals).index(arm)))
+
+
+# ----------------------------------------------------------------------------------------------- the claims
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One headline claim. ``run(seed, profile=, folder=, progress=)`` trains (or times) one seed and returns
+    ``{"values": {arm: number}}``, optionally with ``"censored": {arm: bool}``, ``"validation": {arm: number}``
+    and ``"details"`` (anything JSON can hold, for the figure). ``table()`` is the size table it runs at."""
+
+    id: str
+    paper: str
+    statement: str
+    metric: str
+    higher_is_better: bool
+    better: str
+    rivals: tuple[str, ...]
+    paper_values: dict
+    paper_data: str              # what the paper values were measured on, and seqlab's stand-in, in a few words
+    stand_in: str
+    experiment: str
+    table: Callable
+    run: Callable = field(repr=False)
+    censored: bool = False       # the metric can be censored (steps to a target that a run may never reach)
+
+    @property
+    def arms(self) -> tuple[str, ...]:
+        return (self.better, *self.rivals)
+
+
+def _copying(seed, *, profile, folder, progress) -> dict:
+    from seqlab import experiments
+
+    out = experiments.run("relation-copying", profile=profile, seed=seed, checkpoint_dir=folder, progress=progress)
+    return {"values": dict(out["accuracy"]), "validation": dict(out["validation"])}
+
+
+ACTIVATIONS = {"exp": "exp (proposed)", "relu": "relu", "elu": "elu"}
+
+
+def _activation(seed, *, profile, folder, progress) -> dict:
+    from seqlab import experiments
+
+    out = experiments.run("relation-copying-ablation", profile=profile, seed=seed, groups=["activation"],
+                          checkpoint_dir=folder, progress=progress)
+    final, valid = out["final"]["activation"], out["validation"]["activation"]
+    return {"values": {arm: final[label] for arm, label in ACTIVATIONS.items()},
+            "validation": {arm: valid[label] for arm, label in ACTIVATIONS.items()}}
+
+
+def _copying_speed(seed, *, profile, folder, progress) -> dict:
+    """Steps to 99 % accuracy (watched on the validation split) at the longest string length of the sizes; a run
+    that never gets there records its budget, censored."""
+    from seqlab import experiments
+
+    out = experiments.run("relation-copying-scaling", profile=profile, seed=seed, names=("causalrn", "transformer"),
+                          checkpoint_dir=folder, progress=progress)
+    steps = {name: out["iterations"][name][-1] for name in ("causalrn", "transformer")}
+    return {"values": {name: out["max_steps"] if s is None else s for name, s in steps.items()},
+            "censored": {name: s is None for name, s in steps.items()},
+            "details": {"length": out["lengths"][-1],
+                        "test_accuracy_at_stop": {name: out["final"][name][-1] for name in steps}}}
+
+
+def _fst_rows(seed, *, profile, folder, progress, task, models) -> dict:
+    from seqlab import experiments
+
+    return experiments.run("fst-comparison", task=task, models=models, profile=profile, seed=seed,
+                           checkpoint_dir=folder, progress=progress)
+
+
+def _fst_digits(seed, **kw) -> dict:
+    out = _fst_rows(seed, task="digits", models=("fst", "lrnn", "transformer"), **kw)
+    return {"values": {r["model"]: r["test_accuracy"] for r in out["rows"]},
+            "validation": {r["model"]: r["validation_accuracy"] for r in out["rows"]},
+            "details": {"params": {r["model"]: r["params"] for r in out["rows"]}}}
+
+
+def _fst_alphas(seed, **kw) -> dict:
+    out = _fst_rows(seed, task="listops", models=("fst",), **kw)
+    alphas = out["alphas"]
+    row = out["rows"][0]
+    return {"values": {"deepest_block": alphas[-1]["alpha2"], "first_block": alphas[0]["alpha2"]},
+            "details": {"alphas": alphas, "fst_test_accuracy": row["test_accuracy"],
+                        "fst_validation_accuracy": row["validation_accuracy"]}}
+
+
+def _one_scan(seed, *, profile, folder, progress) -> dict:
+    """One repeated timing at every length: the time of each against 1 scan's (forward + backward), read at the
+    longest length (1 scan: 1 by definition; 2 scans: the ratio)."""
+    from seqlab.experiments import _common, lightnet
+
+    sizes = _common.profile_sizes(lightnet.SPEED_SIZES, profile, {})
+    rows = lightnet.scan_speed(**sizes, seed=seed, progress=progress)
+    for r in rows:
+        r["ratio"] = (r["two_fwd_ms"] + r["two_bwd_ms"]) / (r["one_fwd_ms"] + r["one_bwd_ms"])
+    return {"values": {"one_scan": 1.0, "two_scans": rows[-1]["ratio"]}, "details": {"rows": rows}}
+
+
+ABLATION_ARMS = ("LightNet", "w/o TPE", "w/o LRPE", "w/o TPE and LRPE", "w/o Decay")
+
+
+def _lightnet_ablation(seed, *, profile, folder, progress) -> dict:
+    from seqlab import experiments
+
+    out = experiments.run("lightnet-ablation", profile=profile, seed=seed, checkpoint_dir=folder, progress=progress)
+    return {"values": {r["variant"]: r["accuracy"] for r in out["rows"]},
+            "validation": {r["variant"]: r["validation_accuracy"] for r in out["rows"]}}
+
+
+def _memory_horizon(seed, *, profile, folder, progress) -> dict:
+    from seqlab import experiments
+
+    out = experiments.run("gateloop-memory-horizon", profile=profile, seed=seed, checkpoint_dir=folder,
+                          progress=progress)
+    return {"values": dict(out["accuracy"]), "validation": dict(out["validation"]),
+            "details": {"by_span": out["by_span"]}}
+
+
+def _table(module: str, name: str, key: str | None = None) -> Callable:
+    """The size table ``seqlab.experiments.<module>.<name>`` (``[key]`` of it), imported when asked for."""
+    def table():
+        import importlib
+
+        found = getattr(importlib.import_module(f"seqlab.experiments.{module}"), name)
+        return found if key is None else found[key]
+    return table
+
+
+_ACCURACY = "test accuracy"
+_COPY_ACCURACY = "test accuracy (parallel, per copied token)"
+
+CLAIMS: dict[str, Claim] = {c.id: c for c in (
+    Claim(id="causalrn-copying", paper="001 Fig. 4",
+          statement="CausalRN with exact pre-activation norm copies (>= 99%) where the linear CausalRN fails",
+          metric=_COPY_ACCURACY, higher_is_better=True, better="causalrn", rivals=("linear-causalrn",),
+          paper_values={"causalrn": 1.0, "linear-causalrn": None}, paper_data="copying, strings of 16..256",
+          stand_in="001 Fig. 4: the CausalRN reaches 99% on strings of 16..256 (1.0 after convergence, App. D); "
+                   "the linear CausalRN did not converge for strings >= 128 (no number given). seqlab: the same "
+                   "copying task, generated offline, on shorter strings and smaller models (the sizes in the record).",
+          experiment="relation-copying", table=_table("relation", "SIZES", "copying"), run=_copying),
+    Claim(id="causalrn-activation", paper="001 Fig. 2c", statement="exp beats ReLU and ELU in the same block",
+          metric=_COPY_ACCURACY, higher_is_better=True, better="exp", rivals=("relu", "elu"),
+          paper_values={"exp": None, "relu": None, "elu": None}, paper_data="copying, strings of 128",
+          stand_in="001 Fig. 2c shows learning curves only (strings of 128): exp converges, ReLU and ELU descend "
+                   "slowly; no numbers. seqlab: the same copying task on shorter strings, at one step budget.",
+          experiment="relation-copying-ablation", table=_table("relation", "SIZES", "ablation"), run=_activation),
+    Claim(id="causalrn-copying-speed", paper="001 Fig. 2/4",
+          statement="exact pre-norm CausalRN reaches 99% copying accuracy in fewer steps than a Transformer",
+          metric="steps to 99% validation accuracy (a run that never gets there: its step budget, censored)",
+          higher_is_better=False, better="causalrn", rivals=("transformer",), censored=True,
+          paper_values={"causalrn": None, "transformer": None}, paper_data="copying, strings of 16..256",
+          stand_in="001 Fig. 4 plots iterations to 99% against string size (16..256), batch 320, Adam at 5e-4 for "
+                   "both, 12 blocks; no numbers in the text. seqlab: one string length, small models, the accuracy "
+                   "watched on a validation split instead of 320 online samples.",
+          experiment="relation-copying-scaling", table=_table("relation", "SIZES", "scaling"), run=_copying_speed),
+    Claim(id="fst-digits", paper="002 §3.2",
+          statement="FST beats LRNN-only and the Transformer on sequential digits (pixel MNIST 98.3% in the paper)",
+          metric=_ACCURACY, higher_is_better=True, better="fst", rivals=("lrnn", "transformer"),
+          paper_values={"fst": 0.983, "lrnn": None, "transformer": None}, paper_data="pixel MNIST; seqlab: 8x8 digits",
+          stand_in="002 §3.2: pixel-by-pixel MNIST (784 pixels), FST 98.3%, the Transformer 'not much beyond "
+                   "chance' (no number), LRNN-only not reported there. seqlab: scikit-learn's 8x8 digits pixel by "
+                   "pixel (64 pixels) stand in for pixel MNIST, at matched parameter counts.",
+          experiment="fst-comparison", table=_table("lrnn", "SIZES", "digits"), run=_fst_digits),
+    Claim(id="fst-alpha-depth", paper="002 Fig. 3", statement="the twist coefficient alpha2 is larger in deeper blocks",
+          metric="alpha2 = sigmoid(p2) after training", higher_is_better=True, better="deepest_block",
+          rivals=("first_block",), paper_values={"deepest_block": None, "first_block": None},
+          paper_data="Long ListOps and WikiText-103; seqlab: short ListOps",
+          stand_in="002 Fig. 3: alpha2 of six FST blocks trained on Long ListOps and WikiText-103 (a figure, no "
+                   "numbers). seqlab: ListOps generated by the LRA rules on shorter expressions, one FST of the "
+                   "paper's six blocks.",
+          experiment="fst-comparison", table=_table("lrnn", "SIZES", "listops"), run=_fst_alphas),
+    Claim(id="lightnet-one-scan", paper="003 Fig. 2",
+          statement="one scan (additive) is faster than two (multiplicative), and the gap grows with L",
+          metric="time relative to 1 scan at the longest L (forward + backward; each seed a repeated timing)",
+          higher_is_better=False, better="one_scan", rivals=("two_scans",),
+          paper_values={"one_scan": None, "two_scans": None}, paper_data="GPU kernels; seqlab: CPU",
+          stand_in="003 Fig. 2 times both on a GPU against L (a figure, no numbers): the gap in time grows with L. "
+                   "seqlab: the CPU kernels on one thread, non-causal decay attention with 4 heads of 64; the value "
+                   "is 2 scans' time over 1 scan's at the longest length (the ratio at every length is in the "
+                   "details and the figure).",
+          experiment="decay-speed", table=_table("lightnet", "SPEED_SIZES"), run=_one_scan),
+    Claim(id="lightnet-ablation", paper="003 Table 1", statement="removing decay (and TPE / LRPE) hurts",
+          metric=_ACCURACY, higher_is_better=True, better="LightNet", rivals=ABLATION_ARMS[1:],
+          paper_values={"LightNet": 0.7446, "w/o TPE": 0.7397, "w/o LRPE": 0.7402, "w/o TPE and LRPE": None,
+                        "w/o Decay": 0.7185},
+          paper_data="ImageNet-1k top-1; seqlab: 8x8 digit patches",
+          stand_in="003 Table 1: ImageNet-1k top-1 of LightNet-T (6 M parameters); 'w/o TPE and LRPE' is not in "
+                   "the table. seqlab: the 8x8 digits as 2x2 patches on a 4x4 grid stand in for ImageNet-1k.",
+          experiment="lightnet-ablation", table=_table("lightnet", "ABLATION_SIZES"), run=_lightnet_ablation),
+    Claim(id="gateloop-memory-horizon", paper="004 §5.1, Fig. 6-7, App. A, C.1",
+          statement="data-controlled transitions beat fixed ones on Memory Horizon (test accuracy 0.43 vs 0.25)",
+          metric="test accuracy (per scored token)", higher_is_better=True, better="data_controlled",
+          rivals=("fixed",), paper_values={"data_controlled": 0.43, "fixed": 0.25},
+          paper_data="Memory Horizon, sequences of 1024",
+          stand_in="004 Fig. 6: sequences of 1024, 4 layers, 18 750 steps (App. A, C.1). seqlab: the same task "
+                   "(App. A), generated offline, on shorter sequences and fewer steps.",
+          experiment="gateloop-memory-horizon", table=_table("gateloop", "SIZES"), run=_memory_horizon),
+)}
+
+
+def get(claim_id: str) -> Claim:
+    """The claim named ``claim_id``; an error that suggests the closest id otherwise."""
+    import difflib
+
+    if claim_id not in CLAIMS:
+        near = difflib.get_close_matches(claim_id, list(CLAIMS), n=1, cutoff=0.4)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise ValueError(f"claim: unknown id {claim_id!r}{hint} (expected one of {', '.join(CLAIMS)})")
+    return CLAIMS[claim_id]
+
+
+# ----------------------------------------------------------------------------------------------- records
+
+
+def summarize(claim: Claim, seeds: list[int], results: list[dict]) -> dict:
+    """The record's numbers from the per-seed results: arms, means, stds, worse, verdict (and censoring)."""
+    arms = {arm: [r["values"][arm] for r in results] for arm in claim.arms}
+    worse = strongest_rival(arms, claim.rivals, claim.higher_is_better)
+    record = {"better": claim.better, "worse": worse, "arms": arms, "seeds": list(seeds),
+              "mean": {a: statistics.fmean(v) for a, v in arms.items()},
+              "std": {a: _spread(v) for a, v in arms.items()}}
+    censored = {}
+    if claim.censored:
+        censored = {arm: [bool(r["censored"][arm]) for r in results] for arm in claim.arms}
+        record["censored"] = censored
+    record["verdict"] = verdict(arms[claim.better], arms[worse], higher_is_better=claim.higher_is_better,
+                                better_censored=censored.get(claim.better, ()))
+    validation = {arm: [r.get("validation", {}).get(arm) for r in results] for arm in claim.arms}
+    if any(v is not None for values in validation.values() for v in values):
+        record["validation"] = validation
+    return record
+
+
+def machine() -> dict:
+    """Where a claim ran: CPU model, cores, GPU (if any), torch version and the math threads used."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu, "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "python": platform.python_version()}
+
+
+def profile_tag(profile: str) -> str:
+    """A profile's name in records and folders: the name itself, or the stem of a config file or folder."""
+    return profile if profile in config.PROFILES else Path(profile).stem
+
+
+def default_out(profile: str) -> Path:
+    """``results/`` for the medium profile (the committed results), ``results/<profile>/`` for any other."""
+    tag = profile_tag(profile)
+    return RESULTS_DIR if tag == "medium" else RESULTS_DIR / tag
+
+
+def command(claim_id: str, profile: str, seeds: int) -> str:
+    """The command that reproduces one claim's record."""
+    where = f"SEQLAB_PROFILE={profile} " if profile in config.PROFILES else ""
+    flag = "" if profile in config.PROFILES else f" --profile {profile}"
+    return f"{where}python -m seqlab reproduce {claim_id}{flag} --seeds {seeds}"
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write(path: Path, data) -> None:
+    """JSON, written to a temporary file and moved into place (a reader never sees half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def gather(out: str | os.PathLike) -> dict:
+    """``{"claims": [...]}``: every claim record in ``out``, in the order of :data:`CLAIMS`."""
+    out = Path(out)
+    records = [_read(out / f"{cid}.json") for cid in CLAIMS]
+    return {"claims": [r for r in records if r is not None]}
+
+
+# ----------------------------------------------------------------------------------------------- running
+
+
+def _sizes(claim: Claim, profile: str) -> dict:
+    from seqlab.experiments import _common
+
+    return _common.profile_sizes(claim.table(), profile, {})
+
+
+def _check_runs_folder(folder: Path, sizes: dict) -> None:
+    """A claim's runs folder belongs to one set of sizes: a folder of other sizes is refused, naming them."""
+    path = folder / "sizes.json"
+    saved = _read(path)
+    current = json.loads(json.dumps(sizes))
+    if saved is None:
+        _write(path, current)
+    elif saved != current:
+        keys = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+        diff = "; ".join(f"{k}: {saved.get(k)!r} there, {current.get(k)!r} now" for k in keys)
+        raise ValueError(f"redo: {folder} holds runs at other sizes ({diff}); pass --redo (redo=True) to start "
+                         "them again")
+
+
+def _run_seed(claim: Claim, seed: int, folder: Path, profile: str, progress: bool) -> dict:
+    """One seed's result: read back where it finished before, else run (resuming its checkpoints) and kept."""
+    path = folder / f"seed{seed}" / "result.json"
+    done = _read(path)
+    if done is not None:
+        return done
+    partial_path = folder / f"seed{seed}" / "interrupted_s.json"
+    before = (_read(partial_path) or {}).get("seconds", 0.0)
+    start = time.perf_counter()
+    try:
+        result = claim.run(seed, profile=profile, folder=str(folder / f"seed{seed}"), progress=progress)
+    except BaseException:
+        _write(partial_path, {"seconds": before + time.perf_counter() - start})
+        raise
+    result = json.loads(json.dumps({**result, "wall_s": before + time.perf_counter() - start}))
+    _write(path, result)
+    return result
+
+
+def reproduce_claim(claim_id: str, *, profile: str | None = None, seeds: int = 3, out=None, redo: bool = False,
+                    progress: bool = True) -> dict:
+    """Run one claim over seeds ``0 .. seeds-1`` (or read it back) and write its record and figure. Every run is
+    on one CPU math thread (:func:`one_math_thread`), so that a seed's numbers do not depend on what ran before.
+
+    Returns the record. A record already written in this profile for these seeds and sizes is returned as it is
+    (nothing runs) unless ``redo``; ``redo`` also throws away the claim's kept seeds and checkpoints."""
+    from tqdm.auto import tqdm
+
+    claim = get(claim_id)
+    if not isinstance(seeds, int) or seeds < 1:
+        raise ValueError(f"seeds: expected a positive int, got {seeds!r}")
+    profile = profile or config.profile()
+    out = Path(out) if out is not None else default_out(profile)
+    tag, seed_list = profile_tag(profile), list(range(seeds))
+    sizes = _sizes(claim, profile)
+    existing = _read(out / f"{claim.id}.json")
+    if not redo and existing and (existing.get("profile"), existing.get("seeds")) == (tag, seed_list) \
+            and existing.get("sizes") == json.loads(json.dumps(sizes)):
+        return existing
+    folder = out / ".runs" / tag / claim.id
+    if redo and folder.exists():
+        shutil.rmtree(folder)
+    _check_runs_folder(folder, sizes)
+    with one_math_thread():
+        results = [_run_seed(claim, seed, folder, profile, progress)
+                   for seed in tqdm(seed_list, desc=f"{claim.id} ({tag})", disable=not progress, unit="seed")]
+    record = _record(claim, profile, seed_list, results, sizes)
+    out.mkdir(parents=True, exist_ok=True)
+    record["figure"] = _save_figure(record, out)
+    _write(out / f"{claim.id}.json", record)
+    return record
+
+
+def _record(claim: Claim, profile: str, seeds: list[int], results: list[dict], sizes: dict) -> dict:
+    numbers = summarize(claim, seeds, results)
+    record = {"id": claim.id, "paper": claim.paper, "statement": claim.statement, "profile": profile_tag(profile),
+              "metric": claim.metric, "higher_is_better": claim.higher_is_better, "better": numbers["better"],
+              "worse": numbers["worse"], "arms": numbers["arms"], "paper_values": dict(claim.paper_values),
+              "verdict": numbers["verdict"], "command": command(claim.id, profile, len(seeds)),
+              "wall_s": round(sum(r["wall_s"] for r in results), 1), "machine": machine()}
+    record.update({k: v for k, v in numbers.items() if k not in record})
+    record.update({"paper_data": claim.paper_data, "stand_in": claim.stand_in, "experiment": claim.experiment,
+                   "sizes": sizes,
+                   "seed_wall_s": [round(r["wall_s"], 1) for r in results],
+                   "details": [r.get("details") for r in results],
+                   "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
+    return json.loads(json.dumps(record))
+
+
+def _save_figure(record: dict, out: Path) -> str:
+    """The record's figure as ``<id>.png`` (kaleido), else its plotly JSON as ``<id>.plotly.json``; the file
+    name, relative to ``out``."""
+    from seqlab.viz.claims import claim_figure
+
+    fig = claim_figure(record)
+    png = out / f"{record['id']}.png"
+    try:
+        import warnings
+
+        import plotly.io as pio
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            png.write_bytes(pio.to_image(fig, format="png", width=fig.layout.width or 900,
+                                         height=fig.layout.height or 420))
+        return png.name
+    except Exception as err:   # no kaleido or no Chromium: the figure's JSON, drawn by plotly anywhere
+        print(f"figure: no PNG ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
+              f"writing the plotly JSON instead", file=sys.stderr)
+        path = out / f"{record['id']}.plotly.json"
+        fig.write_json(str(path))
+        return path.name
+
+
+@contextmanager
+def one_math_thread():
+    """Every run of the block on one CPU math thread, from its first step to its last, whatever ran before.
+
+    Numba's OpenMP pool, launched by the first call of a Numba kernel, sets OpenMP's thread count to its own
+    size (the cores), torch's included: a run that met its first Numba kernel would go on with more threads
+    than the one ``seed_everything`` set, and its bits would depend on what the process ran before. So the pool
+    is launched here first, then torch is set to one thread (restored afterwards). Nothing changes on CUDA."""
+    import torch
+
+    from seqlab.kernels import numba as numba_kernels
+
+    if torch.cuda.is_available():
+        yield
+        return
+    before = torch.get_num_threads()
+    if numba_kernels.HAVE_NUMBA:
+        numba_kernels.numba.get_num_threads()     # launches the pool (once per process)
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def reproduce(ids=None, *, profile: str | None = None, seeds: int = 3, out=None, redo: bool = False,
+              progress: bool = True) -> list[dict]:
+    """Run the claims ``ids`` (all of :data:`CLAIMS` when empty) one after the other; after each, gather
+    ``claims.json`` and ``README.md`` in ``out`` again. Returns their records."""
+    ids = list(ids or CLAIMS)
+    for cid in ids:
+        get(cid)
+    profile = profile or config.profile()
+    out = Path(out) if out is not None else default_out(profile)
+    records = []
+    with _figure_server():
+        for cid in ids:
+            records.append(reproduce_claim(cid, profile=profile, seeds=seeds, out=out, redo=redo, progress=progress))
+            write_summary(out)
+    return records
+
+
+def write_summary(out) -> None:
+    """``claims.json`` and ``README.md`` of the folder ``out``, from the claim records in it."""
+    out = Path(out)
+    gathered = gather(out)
+    _write(out / "claims.json", gathered)
+    (out / "README.md").write_text(render_readme(gathered, notes_dir=out / "notes"))
+
+
+class _figure_server:
+    """One kaleido browser for all the figures of a call (each figure alone would start its own)."""
+
+    def __enter__(self):
+        try:
+            import kaleido
+
+            kaleido.start_sync_server(silence_warnings=True)
+            self.kaleido = kaleido
+        except Exception:       # no kaleido: figures fall back to their JSON
+            self.kaleido = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.kaleido is not None:
+            self.kaleido.stop_sync_server(silence_warnings=True)
+        return False
+
+
+# ----------------------------------------------------------------------------------------------- the page
+
+
+def summary_table(records: list[dict]) -> str:
+    """The terminal summary of ``reproduce``: one line per claim."""
+    head = f"{'claim':<26} {'better (mean ± std)':<34} {'worse (mean ± std)':<34} {'verdict':<15} {'wall':>8}"
+    lines = [head, "-" * len(head)]
+    for r in records:
+        better = f"{r['better']} {_mean_std(r, r['better'])}"
+        worse = f"{r['worse']} {_mean_std(r, r['worse'])}"
+        lines.append(f"{r['id']:<26} {better:<34} {worse:<34} {r['verdict']:<15} {r['wall_s'] / 60:>6.1f} m")
+    return "\n".join(lines)
+
+
+def fmt(value, metric: str = "") -> str:
+    """A number as the table shows it: steps as integers, the rest to 3 significant decimals."""
+    if value is None:
+        return "—"
+    if metric.startswith("steps"):
+        return f"{value:.0f}"
+    return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+
+
+def _mean_std(record: dict, arm: str) -> str:
+    metric = record["metric"]
+    cens = sum(record.get("censored", {}).get(arm, []))
+    note = f" ({cens} censored)" if cens else ""
+    return f"{fmt(record['mean'][arm], metric)} ± {fmt(record['std'][arm], metric)}{note}"
+
+
+def _paper(claim: Claim) -> str:
+    """The paper's values, every arm it gives one for, and what they were measured on."""
+    given = [f"{arm} {fmt(v)}" for arm, v in claim.paper_values.items() if v is not None]
+    return f"{', '.join(given) if given else 'figure only'} ({claim.paper_data})"
+
+
+def table_row(claim: Claim, record: dict | None) -> str:
+    """One row of the results table; ``record`` None: the claim has not been run yet."""
+    head = f"| `{claim.id}` | {claim.paper} | {claim.statement} | {_paper(claim)} |"
+    if record is None:
+        return f"{head} not run yet | — | — | — |"
+    better, worse = record["better"], record["worse"]
+    seqlab = (f"{better} {_mean_std(record, better)} vs {worse} {_mean_std(record, worse)} "
+              f"({record['profile']}, {len(record['seeds'])} seeds)")
+    return f"{head} {seqlab} | **{record['verdict']}** | `{record['command']}` | {record['wall_s'] / 60:.1f} min |"
+
+
+README_HEAD = """# Reproduced claims
+
+Written by `python -m seqlab reproduce` (`seqlab/claims.py`) from `claims.json`; do not edit by hand. Each
+claim runs over several seeds (every run watched on a validation split, the test split read once for the
+number reported) and its verdict follows one rule: **reproduced** when the mean of the arm that should win
+beats the mean of its strongest rival by more than twice the larger seed standard deviation (sample std),
+**partly** when it wins by less, **not reproduced** otherwise. Paper values are on the papers' own data; the
+stand-in seqlab uses is said under each claim. Notes on what was tried, where a claim does not hold, are in
+`notes/<id>.md` and shown under the claim.
+
+```bash
+SEQLAB_PROFILE=medium python -m seqlab reproduce            # every claim not yet done; --redo to run again
+SEQLAB_PROFILE=medium python -m seqlab reproduce gateloop-memory-horizon --seeds 3
+```
+"""
+
+
+def render_readme(gathered: dict, notes_dir: str | os.PathLike | None = None) -> str:
+    """The results page: one table of every claim (``"not run yet"`` where there is no record), then one
+    section per claim with its figure, its numbers per seed, the stand-in and any notes."""
+    records = {r["id"]: r for r in gathered.get("claims", [])}
+    lines = [README_HEAD, "## All claims", "",
+             "| id | paper | claim | paper value | seqlab mean ± std | verdict | command | wall time |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [table_row(claim, records.get(cid)) for cid, claim in CLAIMS.items()]
+    for cid, claim in CLAIMS.items():
+        lines += ["", f"## `{cid}`", "", f"{claim.paper}: {claim.statement}.", "", f"Stand-in: {claim.stand_in}", ""]
+        record = records.get(cid)
+        lines += _section(record) if record else ["Not run yet."]
+        note = Path(notes_dir or RESULTS_DIR / "notes") / f"{cid}.md"
+        if note.is_file():
+            lines += ["", note.read_text().strip()]
+    return "\n".join(lines) + "\n"
+
+
+def _section(record: dict) -> list[str]:
+    metric = record["metric"]
+    lines = [f"Metric: {metric} ({'higher' if record['higher_is_better'] else 'lower'} is better). "
+             f"Verdict: **{record['verdict']}** ({record['profile']} profile, seeds {record['seeds']}, "
+             f"{record['wall_s'] / 60:.1f} min on {record['machine']['cpu']}).", "",
+             "| arm | " + " | ".join(f"seed {s}" for s in record["seeds"]) + " | mean ± std | paper |",
+             "|---|" + "---|" * (len(record["seeds"]) + 2)]
+    for arm, values in record["arms"].items():
+        cens = record.get("censored", {}).get(arm, [False] * len(values))
+        cells = " | ".join(fmt(v, metric) + (" (censored)" if c else "") for v, c in zip(values, cens))
+        lines.append(f"| {arm} | {cells} | {_mean_std(record, arm)} | {fmt(record['paper_values'].get(arm))} |")
+    figure = record.get("figure")
+    if figure and figure.endswith(".png"):
+        lines += ["", f"![{record['id']}]({figure})"]
+    elif figure:
+        lines += ["", f"Figure: [`{figure}`]({figure}) (plotly JSON: `plotly.io.read_json`)."]
+    return lines

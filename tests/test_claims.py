@@ -1,0 +1,246 @@
+"""seqlab.claims and ``python -m seqlab reproduce``: the verdict rule, the claims as data, every claim run end to end at
+the tiny sizes of ``tests/tiny_profile/`` (seconds), resuming, skipping, the results page, the medium sizes."""
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from seqlab import claims
+from seqlab.__main__ import main
+from seqlab.experiments import _common
+
+TINY = str(Path(__file__).resolve().parent / "tiny_profile")
+
+
+# --------------------------------------------------------------------------------------------- the verdict rule
+
+
+def test_reproduced_needs_a_margin_of_twice_the_larger_spread():
+    # means 0.35 vs 0.22; sample stds 0.01 and 0.02: margin 0.04 < gap 0.13
+    assert claims.verdict([0.34, 0.35, 0.36], [0.20, 0.22, 0.24]) == "reproduced"
+    # the same gap, a spread of 0.1: the direction holds, not the margin
+    assert claims.verdict([0.25, 0.35, 0.45], [0.20, 0.22, 0.24]) == "partly"
+    assert claims.verdict([0.20, 0.22, 0.24], [0.34, 0.35, 0.36]) == "not reproduced"
+    assert claims.verdict([0.3, 0.3, 0.3], [0.3, 0.3, 0.3]) == "not reproduced"      # a tie is no win
+    assert claims.verdict([1.0, 1.0, 1.0], [0.17, 0.2, 0.18]) == "reproduced"        # no spread in one arm
+
+
+def test_the_margin_is_exactly_twice_the_sample_std():
+    worse = [0.0, 0.0, 0.0]
+    better = [0.9, 1.0, 1.1]            # sample std 0.1: the margin is 0.2
+    assert claims.verdict(better, worse) == "reproduced"                           # gap 1.0
+    assert claims.verdict([b - 0.81 for b in better], worse) == "partly"             # gap 0.19 < 0.2
+    assert claims.verdict([b - 0.79 for b in better], worse) == "reproduced"         # gap 0.21 > 0.2
+
+
+def test_lower_is_better_turns_the_comparison_around():
+    steps_better, steps_worse = [100, 110, 120], [300, 310, 290]
+    assert claims.verdict(steps_better, steps_worse, higher_is_better=False) == "reproduced"
+    assert claims.verdict(steps_worse, steps_better, higher_is_better=False) == "not reproduced"
+    assert claims.verdict([100, 110, 300], [300, 310, 290], higher_is_better=False) == "partly"
+
+
+def test_a_censored_better_arm_is_at_most_partly():
+    """A run that never reached its target records its budget: a bound, not a measurement."""
+    better, worse = [100, 110, 600], [600, 600, 600]
+    assert claims.verdict(better[:2] + [120], worse, higher_is_better=False) == "reproduced"
+    assert claims.verdict(better, worse, higher_is_better=False, better_censored=[False, False, True]) == "partly"
+    # censored runs of the rival only make the comparison conservative
+    assert claims.verdict([100, 110, 120], worse, higher_is_better=False, better_censored=[False] * 3) == "reproduced"
+    both_never = claims.verdict([600] * 3, [600] * 3, higher_is_better=False, better_censored=[True] * 3)
+    assert both_never == "not reproduced"
+
+
+def test_verdict_refuses_empty_arms_and_a_single_seed_has_no_spread():
+    with pytest.raises(ValueError, match="verdict: expected at least one value per arm"):
+        claims.verdict([], [0.1])
+    assert claims.verdict([0.5], [0.4]) == "reproduced"
+
+
+def test_the_strongest_rival_is_the_best_mean_in_the_metrics_direction():
+    arms = {"a": [0.9, 0.9], "b": [0.5, 0.6], "c": [0.7, 0.8], "d": [0.7, 0.8]}
+    assert claims.strongest_rival(arms, ("b", "c", "d")) == "c"                      # ties: the first named
+    assert claims.strongest_rival(arms, ("b", "c", "d"), higher_is_better=False) == "b"
+
+
+# --------------------------------------------------------------------------------------------- the claims as data
+
+
+def test_the_eight_claims_of_issue_18():
+    assert list(claims.CLAIMS) == ["causalrn-copying", "causalrn-activation", "causalrn-copying-speed", "fst-digits",
+                                   "fst-alpha-depth", "lightnet-one-scan", "lightnet-ablation",
+                                   "gateloop-memory-horizon"]
+    for claim in claims.CLAIMS.values():
+        assert set(claim.paper_values) == set(claim.arms), claim.id
+        assert claim.better not in claim.rivals and claim.rivals
+        assert claim.stand_in and claim.paper_data and claim.paper and claim.statement and claim.metric
+        assert isinstance(claim.table(), _common.Sizes)
+    assert claims.CLAIMS["causalrn-copying-speed"].censored and not claims.CLAIMS["fst-digits"].censored
+    assert not claims.CLAIMS["causalrn-copying-speed"].higher_is_better
+
+
+def test_unknown_ids_get_a_suggestion(capsys):
+    with pytest.raises(ValueError, match=r"unknown id 'gateloop-memory'; did you mean 'gateloop-memory-horizon'\?"):
+        claims.get("gateloop-memory")
+    assert main(["reproduce", "causalrn-copyng", "--profile", TINY]) == 2
+    assert "did you mean 'causalrn-copying'?" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("claim_id", list(claims.CLAIMS))
+def test_every_claim_has_medium_sizes_with_a_validation_split(claim_id):
+    """The medium sizes are read from configs/medium/ (not quick's) and every trained task gets a validation split."""
+    claim = claims.CLAIMS[claim_id]
+    path = _common.MEDIUM_DIR / f"{claim.experiment}.toml"
+    assert path.is_file(), f"{claim_id}: no {path}"
+    medium, quick = claims._sizes(claim, "medium"), claim.table().quick
+    assert medium != quick and set(quick) <= set(medium)
+    for key in ("steps", "max_steps"):
+        if key in quick:
+            assert medium[key] >= quick[key]
+    if claim_id != "lightnet-one-scan":     # a timing: nothing is trained, no split to watch
+        task = medium.get("task_kwargs") or {}
+        assert medium.get("validation_size") or task.get("validation_fraction") or task.get("n_validation")
+
+
+# --------------------------------------------------------------------------------------------- end to end, tiny
+
+
+def _check_record(record: dict, claim: claims.Claim, seeds: int = 3) -> None:
+    assert set(claims.FIELDS) <= set(record)
+    assert record["id"] == claim.id and record["profile"] == "tiny_profile" and record["better"] == claim.better
+    assert record["worse"] == claims.strongest_rival(record["arms"], claim.rivals, claim.higher_is_better)
+    assert set(record["arms"]) == set(claim.arms) and all(len(v) == seeds for v in record["arms"].values())
+    censored = record.get("censored", {}).get(claim.better, ())
+    assert record["verdict"] == claims.verdict(record["arms"][claim.better], record["arms"][record["worse"]],
+                                               higher_is_better=claim.higher_is_better, better_censored=censored)
+    assert record["seeds"] == list(range(seeds)) and record["wall_s"] >= 0
+    assert {"cpu", "cores", "torch"} <= set(record["machine"])
+    assert record["command"].startswith("python -m seqlab reproduce " + claim.id)
+    if claim.censored:
+        assert set(record["censored"]) == set(claim.arms)
+        for arm, flags in record["censored"].items():     # a censored run records its budget
+            assert all(v == record["sizes"]["max_steps"] for v, c in zip(record["arms"][arm], flags) if c)
+
+
+@pytest.fixture(scope="module")
+def tiny_results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("results")
+    records = claims.reproduce(profile=TINY, out=out, progress=False)
+    return out, records
+
+
+def test_every_claim_runs_end_to_end_at_tiny_sizes(tiny_results):
+    out, records = tiny_results
+    assert [r["id"] for r in records] == list(claims.CLAIMS)
+    for record in records:
+        _check_record(record, claims.CLAIMS[record["id"]])
+        assert json.loads((out / f"{record['id']}.json").read_text()) == record
+        assert (out / record["figure"]).is_file()
+        assert (out / ".runs" / "tiny_profile" / record["id"] / "seed2" / "result.json").is_file()
+    gathered = json.loads((out / "claims.json").read_text())
+    assert [r["id"] for r in gathered["claims"]] == list(claims.CLAIMS)
+    page = (out / "README.md").read_text()
+    assert all(f"| `{cid}` |" in page for cid in claims.CLAIMS) and "not run yet" not in page
+
+
+def test_a_claim_done_in_this_profile_is_skipped_and_redo_runs_it_again(tiny_results, monkeypatch):
+    out, records = tiny_results
+    record = next(r for r in records if r["id"] == "gateloop-memory-horizon")
+    claim = claims.CLAIMS["gateloop-memory-horizon"]
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained again")
+
+    monkeypatch.setitem(claims.CLAIMS, claim.id, dataclasses.replace(claim, run=no_training))
+    assert claims.reproduce_claim(claim.id, profile=TINY, out=out, progress=False) == record
+    monkeypatch.setitem(claims.CLAIMS, claim.id, claim)
+    again = claims.reproduce_claim(claim.id, profile=TINY, out=out, redo=True, progress=False)
+    assert again["arms"] == record["arms"]           # same seeds, same profile: the same accuracies, bit for bit
+
+
+def test_an_interrupted_claim_resumes_from_its_kept_seeds(tmp_path, monkeypatch):
+    """A claim stopped after its first seed keeps that seed; the same call again runs only the others."""
+    claim = claims.CLAIMS["causalrn-copying"]
+    calls = []
+
+    def run(seed, **kw):
+        calls.append(seed)
+        if seed == 1 and len(calls) == 2:
+            raise KeyboardInterrupt
+        return claim.run(seed, **kw)
+
+    monkeypatch.setitem(claims.CLAIMS, claim.id, dataclasses.replace(claim, run=run))
+    with pytest.raises(KeyboardInterrupt):
+        claims.reproduce_claim(claim.id, profile=TINY, out=tmp_path, progress=False)
+    folder = tmp_path / ".runs" / "tiny_profile" / claim.id
+    assert (folder / "seed0" / "result.json").is_file() and (folder / "seed1" / "interrupted_s.json").is_file()
+    record = claims.reproduce_claim(claim.id, profile=TINY, out=tmp_path, progress=False)
+    assert calls == [0, 1, 1, 2] and len(record["arms"]["causalrn"]) == 3
+
+
+def test_a_record_at_other_sizes_is_not_skipped(tiny_results, tmp_path):
+    """A record whose sizes are not the profile's any more runs again, and its kept runs say --redo."""
+    out, _ = tiny_results
+    stale = tmp_path / "fst-alpha-depth.json"
+    record = json.loads((out / "fst-alpha-depth.json").read_text())
+    stale.write_text(json.dumps({**record, "sizes": {**record["sizes"], "steps": 2}}))
+    claims._check_runs_folder(tmp_path / ".runs" / "tiny_profile" / "fst-alpha-depth", {"steps": 2})
+    with pytest.raises(ValueError, match="holds runs at other sizes"):
+        claims.reproduce_claim("fst-alpha-depth", profile=TINY, out=tmp_path, progress=False)
+
+
+def test_runs_kept_at_other_sizes_are_refused(tmp_path):
+    folder = tmp_path / "runs"
+    claims._check_runs_folder(folder, {"steps": 3})
+    claims._check_runs_folder(folder, {"steps": 3})
+    with pytest.raises(ValueError, match=r"other sizes \(steps: 3 there, 4 now\); pass --redo"):
+        claims._check_runs_folder(folder, {"steps": 4})
+
+
+def test_cli_reproduce_prints_a_summary_and_writes_the_record(tmp_path, capsys):
+    args = ["reproduce", "lightnet-one-scan", "fst-alpha-depth", "--profile", TINY, "--out", str(tmp_path),
+            "--seeds", "2", "--no-progress"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "lightnet-one-scan" in out and "fst-alpha-depth" in out and "verdict" in out
+    record = json.loads((tmp_path / "fst-alpha-depth.json").read_text())
+    _check_record(record, claims.CLAIMS["fst-alpha-depth"], seeds=2)
+    assert record["command"].endswith("--seeds 2")
+    assert main(["reproduce", "fst-digits", "--seeds", "0", "--profile", TINY, "--out", str(tmp_path)]) == 2
+    assert "seeds: expected a positive int, got 0" in capsys.readouterr().err
+
+
+def test_the_results_page_shows_claims_not_run_yet(tmp_path):
+    page = claims.render_readme({"claims": []}, notes_dir=tmp_path)
+    for cid in claims.CLAIMS:
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{cid}` |"))
+        assert "not run yet" in row
+    (tmp_path / "fst-digits.md").write_text("Tried 800 and 1000 steps.\n")
+    assert "Tried 800 and 1000 steps." in claims.render_readme({"claims": []}, notes_dir=tmp_path)
+
+
+def test_the_committed_results_page_is_the_rendering_of_claims_json():
+    """results/README.md is generated: it must equal the rendering of results/claims.json (and link from README)."""
+    results = claims.RESULTS_DIR
+    gathered = json.loads((results / "claims.json").read_text())
+    assert (results / "README.md").read_text() == claims.render_readme(gathered)
+    assert all(r["profile"] == "medium" for r in gathered["claims"])
+    assert "results/README.md" in (results.parent / "README.md").read_text()
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the thread rule is for CPU runs")
+def test_claims_run_on_one_math_thread_even_after_a_numba_kernel():
+    """Numba's OpenMP pool, launched by its first kernel, resets OpenMP's thread count (torch's too): inside
+    one_math_thread the pool is launched first, so torch stays on one thread whatever runs."""
+    import torch
+
+    from seqlab.ops import gateloop
+
+    before = torch.get_num_threads()
+    q, a = torch.randn(2, 3, 16, 1), torch.rand(2, 3, 16, 1) * 0.9
+    with claims.one_math_thread():
+        assert torch.get_num_threads() == 1
+        gateloop(q, q, q, a, mode="numba")
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
