@@ -55,13 +55,15 @@ def state_after(model, tokens: torch.Tensor, chunk: int = 1024):
     return state
 
 
-def measure(model, name: str, batch: int, context: int, repeats: int, rerun_max: int, quadratic_max: int) -> dict:
+def measure(model, name: str, batch: int, context: int, repeats: int, rerun_max: int, quadratic_max: int,
+            threads: int) -> dict:
     gen = torch.Generator().manual_seed(context)
     tokens = torch.randint(0, VOCAB, (batch, context + 1), generator=gen)
     limit = min(rerun_max, quadratic_max) if name in QUADRATIC else rerun_max
     step_ms = rerun_ms = float("inf")
     with torch.no_grad():
         state = state_after(model, tokens[:, :context])
+        torch.set_num_threads(threads)    # the first Numba kernel of a process resets torch's thread count
         # in alternating rounds, so that a busy moment of a shared machine slows both alike; the best of each
         for _ in range(ROUNDS):
             step_ms = min(step_ms, best_ms(lambda: model.step(tokens[:, context], state), repeats))
@@ -107,7 +109,8 @@ def main(argv=None) -> int:
                     print(f"{name:<19} {batch:>2} {c:>7} {'-':>9} {'-':>9} {'-':>10} "
                           f"{fmt_bytes(4 * model.state_size(c)):>10}  (prefill steps token by token: skipped)")
                     continue
-                r = rows[c] = measure(model, name, batch, c, args.repeats, args.rerun_max, args.quadratic_max)
+                r = rows[c] = measure(model, name, batch, c, args.repeats, args.rerun_max, args.quadratic_max,
+                                       args.threads)
                 rerun = f"{r['rerun_ms']:9.2f}" if r["rerun_ms"] is not None else f"{'-':>9}"
                 speed = f"{r['rerun_ms'] / r['step_ms']:10.1f}" if r["rerun_ms"] is not None else f"{'-':>10}"
                 print(f"{name:<19} {batch:>2} {c:>7} {r['step_ms']:9.3f} {rerun} {speed} "
