@@ -82,6 +82,22 @@ def test_prefill_with_a_state_continues_it(name):
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_an_empty_prompt_leaves_the_state_as_it_was(name):
+    """prefill of a (B, 0) prompt: (B, 0, vocab) logits and the state unchanged, from init_state and mid-sequence
+    (the blocks read by steps, and LightNet's LRPE on zero positions, used to fail on it)."""
+    model, x = _lm(name), _tokens()
+    with torch.no_grad():
+        for state in (model.init_state(B), model.prefill(x[:, :P])[1]):
+            logits, after = model.prefill(x[:, :0], state)
+            assert logits.shape == (B, 0, VOCAB) and after["t"] == state["t"]
+            for S, S_before in zip(_tensors(after["blocks"]), _tensors(state["blocks"])):
+                assert torch.equal(S, S_before)
+            nxt, _ = model.step(x[:, P], after)
+            ref, _ = model.step(x[:, P], state)
+            check(nxt, ref, 1e-15, f"{name} step after an empty prefill")
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_sequences_of_a_batch_stay_independent(name):
     model, x = _lm(name), _tokens()
     y = x.clone()

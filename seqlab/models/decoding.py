@@ -84,6 +84,8 @@ class DecodingModel(SequenceModel):
         t = state["t"]
         self._check_positions(t, tokens.shape[1], "tokens")
         x = self._embed_at(tokens, t)
+        if tokens.shape[1] == 0:       # an empty prompt: no logits, and the state as it was (no block runs on it)
+            return self.head(self.norm(x)), {**state, "blocks": list(state["blocks"])}
         new = []
         for block, s in zip(self.blocks, state["blocks"]):
             x, s = block.prefill(x, s) if hasattr(block, "prefill") else _prefill_by_steps(block, x, s)
