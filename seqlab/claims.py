@@ -30,12 +30,12 @@ import shutil
 import statistics
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from seqlab import config
+from seqlab.config import one_math_thread  # noqa: F401  (claims.one_math_thread, as before)
 
 __all__ = ["Claim", "CLAIMS", "FIELDS", "verdict", "strongest_rival", "summarize", "reproduce", "reproduce_claim",
            "render_readme", "gather", "default_out", "machine", "RESULTS_DIR"]
@@ -486,31 +486,6 @@ def _save_figure(record: dict, out: Path) -> str:
         path = out / f"{record['id']}.plotly.json"
         fig.write_json(str(path))
         return path.name
-
-
-@contextmanager
-def one_math_thread():
-    """Every run of the block on one CPU math thread, from its first step to its last, whatever ran before.
-
-    Numba's OpenMP pool, launched by the first call of a Numba kernel, sets OpenMP's thread count to its own
-    size (the cores), torch's included: a run that met its first Numba kernel would go on with more threads
-    than the one ``seed_everything`` set, and its bits would depend on what the process ran before. So the pool
-    is launched here first, then torch is set to one thread (restored afterwards). Nothing changes on CUDA."""
-    import torch
-
-    from seqlab.kernels import numba as numba_kernels
-
-    if torch.cuda.is_available():
-        yield
-        return
-    before = torch.get_num_threads()
-    if numba_kernels.HAVE_NUMBA:
-        numba_kernels.numba.get_num_threads()     # launches the pool (once per process)
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def reproduce(ids=None, *, profile: str | None = None, seeds: int = 3, out=None, redo: bool = False,

@@ -12,6 +12,7 @@ The default is ``full`` when CUDA is available and ``quick`` otherwise.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 
@@ -109,3 +110,28 @@ def triton_status() -> str:
     from seqlab import kernels
 
     return kernels.status()
+
+
+@contextlib.contextmanager
+def one_math_thread():
+    """Every run of the block on one CPU math thread, from its first step to its last, whatever ran before.
+
+    Numba's OpenMP pool, launched by the first call of a Numba kernel, sets OpenMP's thread count to its own
+    size (the cores), torch's included: a run that met its first Numba kernel would go on with more threads
+    than the one ``seed_everything`` set, and its bits would depend on what the process ran before. So the pool
+    is launched here first, then torch is set to one thread (restored afterwards). Nothing changes on CUDA."""
+    import torch
+
+    from seqlab.kernels import numba as numba_kernels
+
+    if torch.cuda.is_available():
+        yield
+        return
+    before = torch.get_num_threads()
+    if numba_kernels.HAVE_NUMBA:
+        numba_kernels.numba.get_num_threads()     # launches the pool (once per process)
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -30,5 +30,5 @@ def test_lesson_file(path):
         assert base64.b64decode(data["image/png"])[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_there_are_seven_lessons():
-    assert [p.name[:2] for p in LESSONS] == ["00", "01", "02", "03", "04", "05", "06"]
+def test_there_are_eight_lessons():
+    assert [p.name[:2] for p in LESSONS] == ["00", "01", "02", "03", "04", "05", "06", "07"]

@@ -8,8 +8,12 @@ from seqlab.tasks.digits import digits  # noqa: F401
 from seqlab.tasks.listops import listops  # noqa: F401
 from seqlab.tasks.text import text  # noqa: F401
 from seqlab.tasks.memory_horizon import memory_horizon  # noqa: F401
+from seqlab.tasks.recall import mqar  # noqa: F401
+from seqlab.tasks.mad import (fuzzy_in_context_recall, in_context_recall, memorization,  # noqa: F401
+                              noisy_in_context_recall, selective_copying)
 
-NAMES = ("copying", "digits", "listops", "text", "memory_horizon")
+NAMES = ("copying", "digits", "listops", "text", "memory_horizon", "mqar", "in_context_recall",
+         "noisy_in_context_recall", "fuzzy_in_context_recall", "selective_copying", "memorization")
 
 
 def get(name: str, **kwargs) -> Task:

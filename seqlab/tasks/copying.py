@@ -123,6 +123,9 @@ def copying(*, min_len: int = 8, max_len: int = 8, alphabet: int = 26, train_siz
     return CopyingTask(name="copying", splits=splits, seq_len=2 * max_len + 2, vocab_size=len(itos),
                        num_classes=None, itos=itos,
                        info={**params, "bos": BOS, "sep": SEP, "eos": EOS, "pad": PAD,
+                             "layout": f"<bos> x <sep> x (x: {min_len}..{max_len} letters), the last <eos> the final "
+                                       f"label, not an input; the copy and <eos> scored: input length "
+                                       f"{2 * max_len + 2} (<pad> after shorter strings)",
                              "autoregressive_n": autoregressive_n})
 
 

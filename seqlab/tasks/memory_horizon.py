@@ -106,4 +106,7 @@ def memory_horizon(*, seq_len: int = 128, resets: int = 3, input_max: int = 4, m
     splits = cached_splits("memory_horizon", params, build)
     itos = [str(i) for i in range(max_output)] + ["<reset>"]
     return Task(name="memory_horizon", splits=splits, seq_len=seq_len, vocab_size=max_output + 1, num_classes=None,
-                itos=itos, info={**params, "reset": max_output})
+                itos=itos, info={**params, "reset": max_output,
+                                                 "layout": f"numbers 0..{input_max} with {resets} <reset> tokens; "
+                                                           f"at each number the compression (mod {max_output}) of "
+                                                           f"the numbers since the last reset: input length {seq_len}"})

@@ -1,0 +1,400 @@
+"""The arena: every causal LM family on the field's recall and memory tasks at matched size (lesson 07).
+
+Seven families (:data:`FAMILIES`) meet eight tasks (:data:`TASKS`): Zoology's multi-query associative recall
+(``mqar``), five tasks of the MAD suite (in-context, fuzzy and noisy recall, selective copying, memorization),
+paper 001's copying and GateLoop's Memory Horizon.
+
+Matched size. The reference family (``reference``, the Transformer) at a reference width ``w`` sets a target
+count of parameters *excluding the token embedding, the position table and the output head*; every other family
+gets the ``d_model`` (the one key varied, in steps its heads allow) whose count is nearest, and a run whose count
+is more than 10 % off is refused (:func:`matched_width`). Every other setting is the family's default in the one
+config vocabulary (``n_layers`` is shared; GateLoop's ``d_ff`` is ``2 * d_model`` as in its own experiment).
+
+The grid (:func:`plan`):
+
+1. every task at the base width ``base_width``: seed 0 at each learning rate of ``lrs``; the rate with the best
+   *validation* accuracy is kept (:func:`chosen_lrs`) and seeds ``1 .. seeds-1`` run at it; accuracy is read on
+   the *test* split;
+2. the width sweep: MQAR at every reference width of ``widths`` (each family at its chosen MQAR rate), so that
+   accuracy can be drawn against **state size** (floats per sequence after ``seq_len`` tokens, from the decoding
+   protocol's ``model.state_size``);
+3. the length sweep: MQAR at every length of ``mqar_lengths`` at the base width.
+
+Results. Each finished run is appended at once to the results file (``results/arena/<profile>.json`` by
+default): ``{"command", "versions", "wall_s", "profile", "config", "runs": [{"family", "task", "seed",
+"d_model", "params", "state_size", "seq_len", "accuracy", "wall_s", ...}]}``; a run already in the file is
+skipped, so an interrupted grid resumes where it stopped and a grid can be produced over several sittings.
+``workers=2`` trains two runs at a time in separate processes (one math thread each).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+from seqlab import config
+from seqlab.experiments import experiment
+from seqlab.experiments._common import Sizes, checkpointing, profile_sizes
+
+__all__ = ["FAMILIES", "TASKS", "SIZES", "arena", "core_parameters", "matched_width", "plan", "chosen_lrs",
+           "summarize", "load", "default_out", "run_one", "RESULTS_DIR"]
+
+FAMILIES = ("transformer", "linear-transformer", "causalrn", "linear-causalrn", "lrnn", "lightnet", "gateloop")
+TASKS = ("mqar", "in_context_recall", "fuzzy_in_context_recall", "noisy_in_context_recall", "selective_copying",
+         "memorization", "copying", "memory_horizon")
+RESULTS_DIR = Path(__file__).resolve().parents[2] / "results" / "arena"
+
+# d_model steps each family allows: whole heads (4 by default) where it has heads.
+WIDTH_STEP = {"transformer": 4, "linear-transformer": 4, "lightnet": 4}
+TOLERANCE = 0.10                 # matched means within 10 % of the target count
+EMBEDDING_PARAMETERS = ("embed.", "pos", "head.")   # the token table, learned positions, the output head
+
+# Quick sizes: the whole grid on a CPU in a few minutes (lesson 07 trains a part of it live). The medium and full
+# sizes are in configs/medium/arena.toml and configs/arena.toml.
+SIZES = Sizes("arena", dict(
+    families=list(FAMILIES), seeds=1, steps=40, batch_size=32, n_layers=2, lrs=[3e-3], reference="transformer",
+    base_width=16, widths=[16, 24], mqar_lengths=[32, 64], threads=1, train_size=512, test_size=128,
+    validation_size=128,
+    tasks={"mqar": {"vocab_size": 64, "seq_len": 32, "num_kv_pairs": 4},
+           "in_context_recall": {"seq_len": 32},
+           "fuzzy_in_context_recall": {"seq_len": 32},
+           "noisy_in_context_recall": {"seq_len": 32},
+           "selective_copying": {"seq_len": 32, "num_tokens_to_copy": 4},
+           "memorization": {},
+           "copying": {"min_len": 6, "max_len": 6},
+           "memory_horizon": {"seq_len": 32}}))
+
+
+# ----------------------------------------------------------------------------------------------- matched size
+
+
+def core_parameters(model) -> int:
+    """Parameters outside the token embedding, the position table and the output head (complex ones count two)."""
+    return sum(p.numel() * (2 if p.is_complex() else 1) for name, p in model.named_parameters()
+               if not name.startswith(EMBEDDING_PARAMETERS))
+
+
+def family_config(family: str, d_model: int, n_layers: int) -> dict:
+    """The config of ``family`` at width ``d_model``: the shared keys, plus GateLoop's ``d_ff = 2 d_model``."""
+    cfg = {"d_model": d_model, "n_layers": n_layers}
+    if family == "gateloop":
+        cfg["d_ff"] = 2 * d_model
+    return cfg
+
+
+@functools.lru_cache(maxsize=None)
+def _core_count(family: str, d_model: int, n_layers: int) -> int:
+    from seqlab import models
+
+    return core_parameters(models.build(family, vocab_size=2, **family_config(family, d_model, n_layers)))
+
+
+def target_parameters(reference: str, width: int, n_layers: int) -> int:
+    """The count every family is matched to: the reference family's at ``width``."""
+    return _core_count(reference, width, n_layers)
+
+
+@functools.lru_cache(maxsize=None)
+def matched_width(family: str, target: int, n_layers: int) -> tuple[int, int]:
+    """``(d_model, parameters)`` of ``family`` nearest ``target`` parameters (bisection: the count grows with
+    ``d_model``); ``ValueError`` where the nearest is more than 10 % off."""
+    step = WIDTH_STEP.get(family, 2)
+    lo, hi = 1, 2
+    while _core_count(family, hi * step, n_layers) < target:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:                                    # count(lo * step) < target <= count(hi * step)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _core_count(family, mid * step, n_layers) < target else (lo, mid)
+    d = min((lo * step, hi * step), key=lambda w: abs(_core_count(family, w, n_layers) - target))
+    params = _core_count(family, d, n_layers)
+    if abs(params - target) > TOLERANCE * target:
+        raise ValueError(f"{family}: no d_model (a multiple of {step}) comes within 10% of {target} parameters "
+                         f"(nearest: d_model={d} with {params})")
+    return d, params
+
+
+# ----------------------------------------------------------------------------------------------- one run
+
+
+def make_task(name: str, args: dict, seed: int, cfg: dict):
+    """Task ``name`` with the grid's split sizes, its own arguments and the run's seed (each seed new data)."""
+    from seqlab import tasks
+
+    kw = {"train_size": cfg["train_size"], "test_size": cfg["test_size"], "validation_size": cfg["validation_size"],
+          "seed": seed, **args}
+    if name == "copying":
+        kw.setdefault("autoregressive_n", 0)      # the arena reads teacher-forced accuracy on every task
+    return tasks.get(name, **kw)
+
+
+def run_key(run: dict) -> tuple:
+    return (run["family"], run["task"], run["seed"], run["width"], run["seq_len"], float(run["lr"]))
+
+
+def run_one(spec: dict, cfg: dict, *, progress: bool = False, checkpoint_dir=None) -> dict:
+    """Train one run of the grid (``spec``: family, task, seed, width, seq_len, lr) and return its record."""
+    from seqlab import models, train
+
+    start = time.perf_counter()
+    family, name, seed = spec["family"], spec["task"], spec["seed"]
+    args = dict(cfg["tasks"][name])
+    if spec["seq_len"] is not None:
+        args["seq_len"] = spec["seq_len"]
+    with config.one_math_thread():
+        task = make_task(name, args, seed, cfg)
+        target = target_parameters(cfg["reference"], spec["width"], cfg["n_layers"])
+        d_model, params = matched_width(family, target, cfg["n_layers"])
+        config.seed_everything(seed)
+        model = models.build(family, vocab_size=task.vocab_size, seq_len=task.seq_len,
+                             **family_config(family, d_model, cfg["n_layers"]))
+        run = f"{family}-{name}-w{spec['width']}-L{task.seq_len}-lr{spec['lr']:g}-seed{seed}"
+        history = train.fit(model, task, steps=cfg["steps"], batch_size=cfg["batch_size"], lr=spec["lr"], seed=seed,
+                            eval_split="validation", progress=progress, desc=run, threads=cfg.get("threads"),
+                            **checkpointing(checkpoint_dir, run, cfg["steps"]))
+        test = train.evaluate(model, task, "test")
+    return {"family": family, "task": name, "seed": seed, "d_model": d_model, "params": params,
+            "state_size": int(model.state_size(task.seq_len)), "seq_len": task.seq_len,
+            "accuracy": round(float(test["accuracy"]), 6), "wall_s": round(time.perf_counter() - start, 2),
+            "width": spec["width"], "target_params": target, "varied": "d_model", "lr": spec["lr"],
+            "validation_accuracy": round(float(history.final["accuracy"]), 6),
+            "test_loss": round(float(test["loss"]), 6), "steps": cfg["steps"], "vocab_size": task.vocab_size}
+
+
+def describe_run(run: dict) -> str:
+    """One line per run: what was matched, by which key, and how close it came."""
+    off = run["params"] / run["target_params"] - 1
+    return (f"{run['family']:>18s} {run['task']:<23s} seed {run['seed']} L={run['seq_len']:<4d} lr={run['lr']:g} "
+            f"{run['varied']}={run['d_model']:<4d} params={run['params']} ({off:+.1%} of {run['target_params']}) "
+            f"state={run['state_size']} acc={run['accuracy']:.3f} (val {run['validation_accuracy']:.3f}) "
+            f"{run['wall_s']:.0f}s")
+
+
+# ----------------------------------------------------------------------------------------------- the grid
+
+
+def _base_length(cfg: dict, task: str):
+    return None if task != "mqar" else cfg["tasks"]["mqar"].get("seq_len")
+
+
+def chosen_lrs(runs: list[dict], cfg: dict) -> dict:
+    """``{(family, task): lr}``: the rate of ``lrs`` whose seed-0 run at the base width and length has the best
+    validation accuracy (ties: the smaller rate); only cells whose every seed-0 rate has run."""
+    out = {}
+    for family in cfg["families"]:
+        for task in cfg["tasks"]:
+            cands = [r for r in runs if r["family"] == family and r["task"] == task and r["seed"] == 0
+                     and r["width"] == cfg["base_width"] and _is_base_length(r, cfg)]
+            by_lr = {float(r["lr"]): r["validation_accuracy"] for r in cands}
+            if all(float(lr) in by_lr for lr in cfg["lrs"]):
+                out[(family, task)] = max(sorted(by_lr), key=lambda lr: by_lr[lr])
+    return out
+
+
+def _is_base_length(run: dict, cfg: dict) -> bool:
+    base = _base_length(cfg, run["task"])
+    return base is None or run["seq_len"] == base
+
+
+def plan(cfg: dict, done: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The runs still to do, in two phases: the seed-0 rate search (``first``) and the runs that need its choice
+    (``then``, empty until every rate of a cell has run). A spec: family, task, seed, width, seq_len, lr."""
+    have = {run_key(r) for r in done}
+    base_w = cfg["base_width"]
+
+    def spec(family, task, seed, width, seq_len, lr):
+        s = {"family": family, "task": task, "seed": seed, "width": width, "seq_len": seq_len, "lr": float(lr)}
+        return s
+
+    def missing(s):
+        length = s["seq_len"] if s["seq_len"] is not None else _default_length(cfg, s["task"])
+        return (s["family"], s["task"], s["seed"], s["width"], length, s["lr"]) not in have
+
+    first = [spec(f, t, 0, base_w, _base_length(cfg, t), lr) for t in cfg["tasks"] for f in cfg["families"]
+             for lr in cfg["lrs"]]
+    chosen = chosen_lrs(done, cfg)
+    then = []
+    for f in cfg["families"]:                           # MQAR's sweeps first: the smallest width leads
+        if (f, "mqar") not in chosen:
+            continue
+        lr = chosen[(f, "mqar")]
+        for w in sorted(cfg["widths"]):
+            if w != base_w:
+                then += [spec(f, "mqar", s, w, _base_length(cfg, "mqar"), lr) for s in range(cfg["seeds"])]
+        for length in cfg["mqar_lengths"]:
+            if length != _base_length(cfg, "mqar"):
+                then += [spec(f, "mqar", s, base_w, length, lr) for s in range(cfg["seeds"])]
+    for t in cfg["tasks"]:
+        for f in cfg["families"]:
+            if (f, t) in chosen:
+                then += [spec(f, t, s, base_w, _base_length(cfg, t), chosen[(f, t)]) for s in range(1, cfg["seeds"])]
+    return [s for s in first if missing(s)], [s for s in then if missing(s)]
+
+
+@functools.lru_cache(maxsize=None)
+def _task_length(name: str, args_json: str) -> int:
+    from seqlab import tasks
+
+    args = json.loads(args_json)
+    return tasks.get(name, **{**args, "train_size": 1, "test_size": 1, "validation_size": 1}).seq_len
+
+
+def _default_length(cfg: dict, task: str) -> int:
+    """The input length task ``task`` has at the grid's arguments (built once, with one example per split)."""
+    return _task_length(task, json.dumps(cfg["tasks"][task], sort_keys=True))
+
+
+# ----------------------------------------------------------------------------------------------- results
+
+
+def default_out(profile: str) -> Path:
+    """``results/arena/<profile>.json`` (a config file's or folder's stem for a path)."""
+    from seqlab.claims import profile_tag
+
+    return RESULTS_DIR / f"{profile_tag(profile)}.json"
+
+
+def versions() -> dict:
+    import numpy
+    import torch
+
+    import seqlab
+    from seqlab.claims import machine
+
+    return {"seqlab": seqlab.__version__, "torch": torch.__version__, "numpy": numpy.__version__,
+            "python": platform.python_version(), "machine": machine()}
+
+
+def load(path) -> dict:
+    """A results file (``{"runs": [], ...}`` where there is none yet)."""
+    path = Path(path)
+    if not path.is_file():
+        return {"runs": []}
+    with path.open() as f:
+        return json.load(f)
+
+
+def _write(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)                          # atomic: an interrupted write never leaves half a file
+
+
+def summarize(runs: list[dict], cfg: dict) -> list[dict]:
+    """One row per (family, task, width, seq_len) at the chosen rate: mean and spread (sample std) over seeds."""
+    import statistics
+
+    chosen = chosen_lrs(runs, cfg)
+    cells: dict = {}
+    for r in runs:
+        if chosen.get((r["family"], r["task"])) == float(r["lr"]):
+            cells.setdefault((r["family"], r["task"], r["width"], r["seq_len"]), []).append(r)
+    rows = []
+    for (family, task, width, seq_len), rs in sorted(cells.items(), key=lambda kv: (TASKS.index(kv[0][1])
+                                                                                   if kv[0][1] in TASKS else 99,
+                                                                                   FAMILIES.index(kv[0][0]),
+                                                                                   kv[0][2], kv[0][3])):
+        acc = [r["accuracy"] for r in rs]
+        rows.append({"family": family, "task": task, "width": width, "seq_len": seq_len, "lr": rs[0]["lr"],
+                     "d_model": rs[0]["d_model"], "params": rs[0]["params"], "state_size": rs[0]["state_size"],
+                     "seeds": len(rs), "accuracy": statistics.fmean(acc),
+                     "spread": statistics.stdev(acc) if len(acc) > 1 else 0.0,
+                     "wall_s": statistics.fmean(r["wall_s"] for r in rs)})
+    return rows
+
+
+def _worker(args):
+    spec, cfg = args
+    return run_one(spec, cfg)
+
+
+def _run_all(specs: list[dict], cfg: dict, workers: int, record, progress: bool, checkpoint_dir) -> None:
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(specs), desc="arena", disable=not progress, leave=False)
+    try:
+        if workers <= 1 or len(specs) <= 1:
+            for spec in specs:
+                record(run_one(spec, cfg, checkpoint_dir=checkpoint_dir))
+                bar.update()
+            return
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(_worker, (spec, cfg)) for spec in specs]
+            for fut in as_completed(futures):
+                record(fut.result())
+                bar.update()
+    finally:
+        bar.close()
+
+
+def _as_list(value, what: str, known) -> list | None:
+    if value is None:
+        return None
+    items = value.split(",") if isinstance(value, str) else list(value)
+    bad = [v for v in items if v not in known]
+    if bad:
+        raise ValueError(f"{what}: unknown {bad}; expected some of {list(known)}")
+    return items
+
+
+@experiment("arena")
+def arena(*, profile: str | None = None, families=None, tasks=None, out="auto", workers: int = 1,
+          progress: bool = True, verbose: bool = True, checkpoint_dir: str | None = None, **overrides) -> dict:
+    """Every family on every task at matched size (the module docstring has the grid and the file).
+
+    ``families`` / ``tasks``: a subset (a list or a comma-separated string) of the profile's. ``out``: the
+    results file (``"auto"``: ``results/arena/<profile>.json``; ``None``: nothing written, nothing resumed).
+    ``workers``: runs trained at once (processes of one thread each). ``verbose``: a line per finished run.
+    Sizes (``families, seeds, steps, batch_size, n_layers, lrs, reference, base_width, widths, mqar_lengths,
+    threads, train_size, test_size, validation_size, tasks``) come from the profile and may be overridden.
+
+    Returns the results file's contents plus ``"summary"`` (:func:`summarize`) and ``"chosen_lr"``.
+    """
+    prof = profile or config.profile()
+    cfg = profile_sizes(SIZES, prof, overrides)
+    cfg["families"] = _as_list(families, "families", FAMILIES) or list(cfg["families"])
+    if tasks is not None:
+        keep = _as_list(tasks, "tasks", TASKS)
+        missing = [t for t in keep if t not in cfg["tasks"]]
+        if missing:
+            raise ValueError(f"tasks: {missing} have no arguments in the profile's [sizes.tasks]")
+        cfg["tasks"] = {t: cfg["tasks"][t] for t in keep}
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers: expected a positive int, got {workers!r}")
+    path = default_out(prof) if out == "auto" else (Path(out) if out is not None else None)
+    data = load(path) if path is not None else {"runs": []}
+    from_cli = sys.argv[1:3] == ["experiment", "arena"]
+    command = (" ".join(["python -m seqlab"] + sys.argv[1:]) if from_cli
+               else f"seqlab.experiments.run('arena', profile={str(prof)!r})")
+    data.update({"command": command, "versions": versions(), "profile": str(prof), "config": cfg})
+    data.setdefault("wall_s", 0.0)
+    started = time.perf_counter()
+
+    def record(run: dict) -> None:
+        data["runs"].append(run)
+        if verbose:
+            print(describe_run(run), flush=True)
+        if path is not None:
+            data["wall_s"] = round(data["wall_s"] + time.perf_counter() - record.since, 1)
+            record.since = time.perf_counter()
+            _write(path, data)
+
+    record.since = started
+    for task in cfg["tasks"]:                             # task by task, so that a partial grid has whole tasks
+        one = {**cfg, "tasks": {task: cfg["tasks"][task]}}
+        search, _ = plan(one, data["runs"])               # seed 0 at every rate, then what needs its choice
+        _run_all(search, one, workers, record, progress, checkpoint_dir)
+        _, rest = plan(one, data["runs"])
+        _run_all(rest, one, workers, record, progress, checkpoint_dir)
+    if path is not None:
+        _write(path, data)
+    chosen = chosen_lrs(data["runs"], cfg)
+    return {**data, "summary": summarize(data["runs"], cfg),
+            "chosen_lr": {f"{f}/{t}": lr for (f, t), lr in chosen.items()}}

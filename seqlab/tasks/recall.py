@@ -1,0 +1,144 @@
+"""Multi-query associative recall (MQAR), the recall task of Zoology (Arora, Eyuboglu et al. 2023).
+
+A sequence opens with ``D = num_kv_pairs`` key-value pairs and then asks for each key once::
+
+    k_1 v_1 k_2 v_2 ... k_D v_D | f f k_3 f f f k_1 f ... f      (length exactly seq_len)
+                                        ^ label v_3   ^ label v_1
+
+- the key-value region is the first ``2D`` tokens; the ``D`` keys are distinct, drawn from the lower half
+  of the vocabulary without token 0 (``1 .. vocab_size//2 - 1``), the values from the upper half
+  (``vocab_size//2 .. vocab_size - 1``, distinct within a sequence, as in Zoology);
+- the query region is the other ``seq_len - 2D`` tokens. Key ``k_i`` is asked at position
+  ``2D + 2 * gap_i``; the ``D`` gaps are drawn without replacement from ``range((seq_len - 2D) // 2)``
+  with Zoology's power law ``p(gap = i - 1) ∝ a * i**(a - 1)`` (``i = 1 .. space``, ``a = power_a``), so
+  most queries come soon after the context. ``gap_i`` is the ``i``-th gap drawn, as in Zoology: the
+  first pair tends to be asked first;
+- the label at a query position is the paired value; every other label is ``IGNORE``. Every split
+  (train, validation, test) scores only the queries.
+
+One deliberate difference from Zoology: the other query-region positions hold random *filler* tokens
+drawn from the vocabulary minus this sequence's keys (Zoology draws them from every token, so a filler
+can equal a key and yet be unlabelled). Here a label is a function of the inputs alone: the value paired
+with the token at that position when it is one of the keys, ``IGNORE`` otherwise. Zoology's
+``vocab_size > seq_len`` check is not needed here and is not made.
+
+Zoology's published sweep: ``vocab_size=8192``, ``seq_len`` 64..1024, 4..256 pairs.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from seqlab.tasks._cache import cached_splits
+from seqlab.tasks.base import IGNORE, Task, split_sizes, validation_param
+
+__all__ = ["mqar"]
+
+MQAR_STREAM = 5          # this task's random stream (copying uses 1, memory horizon 4, the MAD tasks 6..10)
+_CHUNK = 1024            # rows generated at once (bounds the (rows, vocab) scratch arrays)
+
+
+def check_ints(*specs) -> None:
+    """``specs``: ``(name, value, lowest)``; a ValueError naming the argument when a value is no such int."""
+    for name, v, lo in specs:
+        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+            raise ValueError(f"{name}: expected an int >= {lo}, got {v!r}")
+
+
+def _distinct(rng, rows: int, lo: int, hi: int, D: int) -> np.ndarray:
+    """(rows, D): per row ``D`` distinct tokens of ``lo .. hi - 1``, in random order."""
+    score = rng.random((rows, hi - lo))
+    pick = np.argpartition(score, D - 1, axis=1)[:, :D]                  # the D smallest scores: a uniform subset
+    order = np.argsort(np.take_along_axis(score, pick, axis=1), axis=1)  # ... in the order of their scores
+    return np.take_along_axis(pick, order, axis=1) + lo
+
+
+def _power_law_gaps(rng, rows: int, space: int, D: int, power_a: float) -> np.ndarray:
+    """(rows, D) gaps drawn without replacement, weights ``a * i**(a-1)``, in the order they were drawn.
+
+    Gumbel top-k: sorting ``log p + Gumbel noise`` (largest first) is successive sampling without
+    replacement, the distribution of ``np.random.choice(space, D, replace=False, p=p)``."""
+    i = np.arange(1, space + 1, dtype=np.float64)
+    log_p = math.log(power_a) + (power_a - 1.0) * np.log(i)
+    score = log_p - np.log(-np.log(rng.random((rows, space))))
+    return np.argsort(-score, axis=1, kind="stable")[:, :D]
+
+
+def _filler(rng, keys: np.ndarray, vocab_size: int, seq_len: int) -> np.ndarray:
+    """(rows, seq_len) tokens uniform on the vocabulary minus each row's keys (redrawn until no key is hit)."""
+    rows = np.arange(keys.shape[0])[:, None]
+    is_key = np.zeros((keys.shape[0], vocab_size), dtype=bool)
+    is_key[rows, keys] = True
+    out = rng.integers(0, vocab_size, size=(keys.shape[0], seq_len))
+    bad = is_key[rows, out]
+    while bad.any():
+        out[bad] = rng.integers(0, vocab_size, size=int(bad.sum()))
+        bad = is_key[rows, out]
+    return out
+
+
+def _mqar_rows(rng, rows: int, vocab_size: int, seq_len: int, D: int, power_a: float):
+    half = vocab_size // 2
+    keys = _distinct(rng, rows, 1, half, D)                      # lower half without token 0
+    values = _distinct(rng, rows, half, vocab_size, D)           # upper half
+    gaps = _power_law_gaps(rng, rows, (seq_len - 2 * D) // 2, D, power_a)
+    ids = _filler(rng, keys, vocab_size, seq_len)
+    r = np.arange(rows)[:, None]
+    ids[:, 0:2 * D:2], ids[:, 1:2 * D:2] = keys, values          # the key-value region
+    where = 2 * D + 2 * gaps                                     # query i asks key i at 2D + 2 gap_i
+    ids[r, where] = keys
+    labels = np.full((rows, seq_len), IGNORE, dtype=np.int64)
+    labels[r, where] = values
+    return ids, labels
+
+
+def _mqar_split(rng, size: int, vocab_size: int, seq_len: int, D: int, power_a: float) -> dict:
+    parts = [_mqar_rows(rng, min(_CHUNK, size - s), vocab_size, seq_len, D, power_a)
+             for s in range(0, size, _CHUNK)]
+    return {"input_ids": np.concatenate([p[0] for p in parts]).tolist(),
+            "labels": np.concatenate([p[1] for p in parts]).tolist()}
+
+
+def mqar(*, vocab_size: int = 256, seq_len: int = 64, num_kv_pairs: int = 4, power_a: float = 0.01,
+         train_size: int = 2000, test_size: int = 256, validation_size: int = 256, seed: int = 0) -> Task:
+    """Multi-query associative recall (Zoology's layout, see the module docstring); quick-profile defaults.
+
+    Inputs are exactly ``seq_len`` tokens; ``vocab_size`` as given (keys ``1 .. vocab_size//2 - 1``,
+    values ``vocab_size//2 ..``). Needs ``seq_len`` even, ``4 * num_kv_pairs <= seq_len`` and
+    ``vocab_size//2 - 1 >= num_kv_pairs``. Splits train, test, then validation are drawn from one stream
+    seeded by ``seed`` (``validation_size=0``: no validation split); all score only the queries.
+    """
+    check_ints(("vocab_size", vocab_size, 4), ("seq_len", seq_len, 4), ("num_kv_pairs", num_kv_pairs, 1),
+               ("train_size", train_size, 1), ("test_size", test_size, 1),
+               ("validation_size", validation_size, 0), ("seed", seed, 0))
+    if isinstance(power_a, bool) or not isinstance(power_a, (int, float)) or not 0 < power_a < math.inf:
+        raise ValueError(f"power_a: expected a positive finite number, got {power_a!r}")
+    if seq_len % 2:
+        raise ValueError(f"seq_len: expected an even length, got {seq_len}")
+    if 4 * num_kv_pairs > seq_len:
+        raise ValueError(f"num_kv_pairs: expected 4 * num_kv_pairs <= seq_len={seq_len}, got {num_kv_pairs}")
+    if vocab_size // 2 - 1 < num_kv_pairs:
+        raise ValueError(f"vocab_size: expected >= {2 * num_kv_pairs + 2} for {num_kv_pairs} distinct keys "
+                         f"(1 .. vocab_size//2 - 1) and values, got {vocab_size}")
+    power_a = float(power_a)
+    params = dict(vocab_size=vocab_size, seq_len=seq_len, num_kv_pairs=num_kv_pairs, power_a=power_a,
+                  train_size=train_size, test_size=test_size, seed=seed, **validation_param(validation_size))
+
+    def build() -> dict:
+        import datasets
+
+        rng = np.random.default_rng(np.random.SeedSequence([seed, MQAR_STREAM]))
+        return {split: datasets.Dataset.from_dict(_mqar_split(rng, size, vocab_size, seq_len, num_kv_pairs, power_a))
+                for split, size in split_sizes(train_size, test_size, validation_size)}
+
+    splits = cached_splits("mqar", params, build)
+    half = vocab_size // 2
+    itos = [f"k{i}" for i in range(half)] + [f"v{i}" for i in range(half, vocab_size)]
+    D = num_kv_pairs
+    layout = (f"{2 * D} tokens k1 v1 .. k{D} v{D}, then {seq_len - 2 * D} query-region tokens: each key once at "
+              f"{2 * D} + 2*gap (power-law gaps), labelled with its value, the rest filler (never a key, "
+              f"unlabelled); input length {seq_len}")
+    info = {**params, "key_tokens": [1, half], "value_tokens": [half, vocab_size], "layout": layout}
+    return Task(name="mqar", splits=splits, seq_len=seq_len, vocab_size=vocab_size, num_classes=None,
+                itos=itos, info=info)

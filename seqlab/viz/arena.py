@@ -1,0 +1,99 @@
+"""Pictures of the arena (lesson 07), drawn from its summary rows (``seqlab.experiments.arena.summarize``) and
+its tasks: one example of a task, the family x task accuracy grid, accuracy against state size and against
+length (one line per family, mean ± spread over seeds), and the training time per family.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from seqlab.viz.style import SEQUENTIAL, color, new_figure
+
+__all__ = ["example_figure", "accuracy_grid", "accuracy_vs_state", "accuracy_vs_length", "training_time"]
+
+IGNORE = -100
+
+
+def example_figure(task, index: int = 0, split: str = "test", *, width: int = 980) -> go.Figure:
+    """One example of ``task``: its input tokens in a strip, the scored positions marked with their labels
+    (the token the model must put out there)."""
+    data = task.tensors(split)
+    ids, labels = data["input_ids"][index].tolist(), data["labels"][index].tolist()
+    names = [task.itos[i] if task.itos else str(i) for i in ids]
+    scored = [lab != IGNORE for lab in labels]
+    text = [f"{n}<br><b>→{task.itos[lab] if task.itos else lab}</b>" if s else n
+            for n, lab, s in zip(names, labels, scored)]
+    per_row = 32
+    rows = -(-len(ids) // per_row)
+    z = [[None] * per_row for _ in range(rows)]
+    cells = [[""] * per_row for _ in range(rows)]
+    for t, (s, label) in enumerate(zip(scored, text)):
+        z[t // per_row][t % per_row] = 1.0 if s else 0.0
+        cells[t // per_row][t % per_row] = label
+    fig = new_figure(height=90 + 46 * rows, width=width,
+                     title=f"{task.name}: one {split} example ({sum(scored)} scored positions, bold: the label)")
+    fig.add_trace(go.Heatmap(z=z, text=cells, texttemplate="%{text}", textfont=dict(size=9), showscale=False,
+                             colorscale=[[0, "#F2F2F2"], [1, "#FFD28A"]], zmin=0, zmax=1, xgap=1, ygap=1,
+                             hovertemplate="position %{customdata}<extra></extra>",
+                             customdata=[[r * per_row + c for c in range(per_row)] for r in range(rows)]))
+    fig.update_xaxes(showticklabels=False, showgrid=False)
+    fig.update_yaxes(autorange="reversed", showticklabels=False, showgrid=False)
+    return fig
+
+
+def accuracy_grid(rows: list[dict], *, title: str = "test accuracy at matched size (mean over seeds)") -> go.Figure:
+    """Family x task heatmap of the mean accuracy (rows: one per family and task, at one width and length)."""
+    families = list(dict.fromkeys(r["family"] for r in rows))
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    cell = {(r["family"], r["task"]): r for r in rows}
+    z = [[cell[(f, t)]["accuracy"] if (f, t) in cell else None for t in tasks] for f in families]
+    text = [[(f"{cell[(f, t)]['accuracy']:.2f}" + (f"±{cell[(f, t)]['spread']:.2f}" if cell[(f, t)]["seeds"] > 1
+                                                     else "")) if (f, t) in cell else "" for t in tasks]
+            for f in families]
+    fig = new_figure(height=120 + 42 * len(families), width=max(700, 130 * len(tasks) + 200), title=title)
+    fig.add_trace(go.Heatmap(z=z, x=tasks, y=families, text=text, texttemplate="%{text}", colorscale=SEQUENTIAL,
+                             zmin=0, zmax=1, colorbar=dict(title="accuracy")))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(tickangle=-25)
+    return fig
+
+
+def _lines(rows: list[dict], x_key: str, *, title: str, x_title: str, log_x: bool) -> go.Figure:
+    fig = new_figure(height=440, width=760, title=title)
+    for i, family in enumerate(dict.fromkeys(r["family"] for r in rows)):
+        mine = sorted((r for r in rows if r["family"] == family), key=lambda r: r[x_key])
+        fig.add_trace(go.Scatter(x=[r[x_key] for r in mine], y=[r["accuracy"] for r in mine], name=family,
+                                 mode="lines+markers", line=dict(color=color(i)),
+                                 error_y=dict(type="data", array=[r["spread"] for r in mine], width=4),
+                                 customdata=[[r["d_model"], r["params"], r["seeds"]] for r in mine],
+                                 hovertemplate=f"{family}<br>{x_key}=%{{x}}<br>accuracy %{{y:.3f}}<br>"
+                                               "d_model %{customdata[0]}, %{customdata[1]} parameters, "
+                                               "%{customdata[2]} seeds<extra></extra>"))
+    fig.update_xaxes(title_text=x_title, type="log" if log_x else "linear",
+                     **({"dtick": 1} if log_x else {}))       # ticks at the powers of ten, labelled in full
+    fig.update_yaxes(title_text="test accuracy (mean ± spread over seeds)", range=[-0.02, 1.02])
+    fig.update_layout(legend=dict(title="family"))
+    return fig
+
+
+def accuracy_vs_state(rows: list[dict], *, title: str = "MQAR: accuracy against state size") -> go.Figure:
+    """MQAR accuracy against the floats a family holds per sequence after ``seq_len`` tokens (log axis)."""
+    return _lines(rows, "state_size", title=title, x_title="state size (floats per sequence, log scale)", log_x=True)
+
+
+def accuracy_vs_length(rows: list[dict], *, title: str = "MQAR: accuracy against sequence length") -> go.Figure:
+    """MQAR accuracy against the sequence length at the base width."""
+    return _lines(rows, "seq_len", title=title, x_title="sequence length", log_x=False)
+
+
+def training_time(rows: list[dict], *, title: str = "training time per run (mean over tasks and seeds)") -> go.Figure:
+    """Mean wall-clock seconds of one run per family (rows at the base width and lengths)."""
+    families = list(dict.fromkeys(r["family"] for r in rows))
+    means = []
+    for family in families:
+        mine = [r["wall_s"] for r in rows if r["family"] == family]
+        means.append(sum(mine) / len(mine))
+    fig = new_figure(height=380, width=720, title=title)
+    fig.add_trace(go.Bar(x=families, y=means, marker_color=[color(i) for i in range(len(families))],
+                         text=[f"{m:.0f} s" if m >= 10 else f"{m:.1f} s" for m in means], textposition="outside"))
+    fig.update_yaxes(title_text="seconds per run (one CPU thread)")
+    return fig
