@@ -38,7 +38,7 @@ from seqlab import config
 from seqlab.config import one_math_thread  # noqa: F401  (claims.one_math_thread, as before)
 
 __all__ = ["Claim", "CLAIMS", "FIELDS", "verdict", "strongest_rival", "summarize", "reproduce", "reproduce_claim",
-           "render_readme", "gather", "default_out", "machine", "RESULTS_DIR"]
+           "render_readme", "gather", "default_out", "machine", "RESULTS_DIR", "lesson_table"]
 
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
 
@@ -577,6 +577,36 @@ def table_row(claim: Claim, record: dict | None) -> str:
     seqlab = (f"{better} {_mean_std(record, better)} vs {worse} {_mean_std(record, worse)} "
               f"({record['profile']}, {len(record['seeds'])} seeds)")
     return f"{head} {seqlab} | **{record['verdict']}** | `{record['command']}` | {record['wall_s'] / 60:.1f} min |"
+
+
+def lesson_table(ids, here: dict | None = None, *, path=None) -> list[dict]:
+    """The "paper vs here" table a lesson ends with: for each claim in ``ids``, the paper's value, the medium
+    profile's mean ± std over seeds and verdict (read from ``results/claims.json``, or ``path``), this lesson's own
+    quick run (``here[id]``: a short string the lesson measured, e.g. ``"causalrn 1.000 vs linear 0.214, 1 seed"``)
+    and the command of the full run. Prints the table and returns its rows (dicts)."""
+    data = _read(Path(path) if path else RESULTS_DIR / "claims.json") or {"claims": []}
+    records = {r["id"]: r for r in data["claims"]}
+    here = dict(here or {})
+    unknown = sorted(set(here) - set(ids))
+    if unknown:
+        raise ValueError(f"here: claims {unknown} are not among ids {list(ids)}")
+    rows = []
+    for claim_id in ids:
+        claim, record = get(claim_id), records.get(claim_id)
+        medium = ("not run yet" if record is None else
+                  f"{record['better']} {_mean_std(record, record['better'])} vs "
+                  f"{record['worse']} {_mean_std(record, record['worse'])} ({len(record['seeds'])} seeds)")
+        rows.append({"id": claim_id, "paper": claim.paper, "statement": claim.statement, "paper_value": _paper(claim),
+                     "medium": medium, "verdict": record["verdict"] if record else "—",
+                     "here": here.get(claim_id, "—"),
+                     "full": f"SEQLAB_PROFILE=full python -m seqlab reproduce {claim_id} --seeds 3"})
+    for row in rows:
+        print(f"{row['id']} ({row['paper']}): {row['statement']}")
+        print(f"    paper:            {row['paper_value']}")
+        print(f"    medium (CPU):     {row['medium']}  ->  {row['verdict']}")
+        print(f"    this lesson:      {row['here']}")
+        print(f"    full run:         {row['full']}")
+    return rows
 
 
 README_HEAD = """# Reproduced claims

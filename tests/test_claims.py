@@ -244,3 +244,22 @@ def test_claims_run_on_one_math_thread_even_after_a_numba_kernel():
         gateloop(q, q, q, a, mode="numba")
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+
+
+def test_lesson_table_reads_the_medium_record_and_names_the_full_run(tmp_path, capsys):
+    from seqlab import claims as C
+
+    record = {"id": "gateloop-memory-horizon", "better": "data_controlled", "worse": "fixed", "seeds": [0, 1, 2],
+              "metric": "test accuracy", "mean": {"data_controlled": 0.25, "fixed": 0.18},
+              "std": {"data_controlled": 0.01, "fixed": 0.002}, "verdict": "reproduced"}
+    path = tmp_path / "claims.json"
+    path.write_text(json.dumps({"claims": [record]}))
+    rows = C.lesson_table(["gateloop-memory-horizon", "fst-digits"], {"gateloop-memory-horizon": "0.14 vs 0.11"},
+                          path=path)
+    assert rows[0]["verdict"] == "reproduced" and "0.250 ± 0.010" in rows[0]["medium"]
+    assert rows[0]["here"] == "0.14 vs 0.11" and rows[0]["full"].endswith("gateloop-memory-horizon --seeds 3")
+    assert rows[1]["medium"] == "not run yet" and rows[1]["here"] == "—"
+    assert "0.430" in rows[0]["paper_value"]                    # the paper's number, from the claim itself
+    assert "reproduced" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="here"):
+        C.lesson_table(["fst-digits"], {"gateloop-memory-horizon": "x"}, path=path)
