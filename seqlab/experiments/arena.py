@@ -349,9 +349,14 @@ def arena(*, profile: str | None = None, families=None, tasks=None, out="auto", 
           progress: bool = True, verbose: bool = True, checkpoint_dir: str | None = None, **overrides) -> dict:
     """Every family on every task at matched size (the module docstring has the grid and the file).
 
-    ``families`` / ``tasks``: a subset (a list or a comma-separated string) of the profile's. ``out``: the
-    results file (``"auto"``: ``results/arena/<profile>.json``; ``None``: nothing written, nothing resumed).
-    ``workers``: runs trained at once (processes of one thread each). ``verbose``: a line per finished run.
+    ``profile``: quick, medium, full, or a config file or folder (None: ``$SEQLAB_PROFILE``).
+    ``families``: a subset of the profile's, as a list or a comma-separated string.
+    ``tasks``: a subset of the profile's tasks, as a list or a comma-separated string.
+    ``out``: the results file; ``"auto"``: ``results/arena/<profile>.json``; None: nothing written or resumed.
+    ``workers``: how many runs train at once (separate processes, one math thread each).
+    ``progress``: a progress bar over the runs.
+    ``verbose``: one line per finished run (its matched size, state and accuracy).
+    ``checkpoint_dir``: save each run there and resume it (long runs of the full profile).
     Sizes (``families, seeds, steps, batch_size, n_layers, lrs, reference, base_width, widths, mqar_lengths,
     threads, train_size, test_size, validation_size, tasks``) come from the profile and may be overridden.
 
