@@ -17,7 +17,7 @@ def __getattr__(name):
     import importlib
 
     if name in {"layers", "models", "tasks", "train", "viz", "readout", "inspect", "sampling", "kernels",
-                "experiments"}:
+                "experiments", "exercises"}:
         return importlib.import_module(f"seqlab.{name}")
     if name == "load":
         from seqlab.train import load_model

@@ -1,0 +1,32 @@
+"""Exercises for lessons 01-07, in the spirit of Triton-Puzzles: a small task in code, and a checker that says
+what is wrong.
+
+In a lesson, an exercise cell looks like::
+
+    from seqlab import exercises
+
+    def reduce(p, q):
+        ...                      # your code here
+
+    answer = reduce
+    exercises.check("01.1", answer)
+
+``check(id, answer)`` prints one line and returns ``True`` only for a right answer:
+
+- ``answer = ...`` or a function whose body is still ``...``: "Exercise 01.1: not answered yet — <hint>";
+- a right answer: "Exercise 01.1: correct — <why>";
+- a wrong one: "Exercise 01.1: not yet — <what is wrong>" (the shape expected and got, the first position
+  that differs from the package's reference op, the property that fails).
+
+Functions are called on fresh inputs (awkward lengths included) drawn from a generator seeded per exercise,
+and compared with the package's reference in float64 at the tolerance the message states; the caller's
+random state is left untouched, so a lesson's output is the same on every run.
+
+``exercises.list(lesson)`` gives the ids and one-line tasks, ``exercises.hint(id)`` the hint. Solutions are
+in :mod:`seqlab.exercises.solutions` (``solution(id)``), never in the lessons.
+"""
+from seqlab.exercises._core import check, get, hint, ids, list_exercises, notebook_cells
+
+list = list_exercises          # exercises.list(lesson): [(id, task), ...]
+
+__all__ = ["check", "hint", "list", "ids", "get", "notebook_cells"]

@@ -1,0 +1,271 @@
+"""The exercise framework: a registry of small tasks, each with a checker that says what is wrong.
+
+A checker takes the learner's answer and either returns the one-line reason it is right, or raises
+:class:`Wrong` with what is wrong (a shape, the first position that differs, a property that fails).
+``check`` wraps it: the untouched answer ``...`` (and a function stub whose body is ``...``) is
+"not answered yet", never an error, so a lesson with untouched exercise cells runs top to bottom and
+prints the same text every time (nbval compares it).
+
+Every check runs in float64 (complex128 for complex inputs) on inputs drawn from a generator seeded
+per exercise, inside ``torch.random.fork_rng``: the output is deterministic and the caller's random
+stream is left as it was.
+"""
+from __future__ import annotations
+
+import builtins
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+__all__ = ["Exercise", "Wrong", "NotAnswered", "exercise", "check", "hint", "list_exercises", "get", "ids",
+           "notebook_cells"]
+
+_REGISTRY: dict[str, "Exercise"] = {}
+
+
+class Wrong(Exception):
+    """Raised by a checker: the answer is not right, and the message says why."""
+
+
+class NotAnswered(Exception):
+    """Raised when the learner's function is still a stub (it returns ``None`` or ``...``)."""
+
+
+@dataclass(frozen=True)
+class Exercise:
+    id: str                       # "01.1": lesson 01, exercise 1
+    title: str                    # a few words, for the heading "Exercise 1 · <title>"
+    task: str                     # the task in one line
+    hint: str                     # one line, printed while the cell is untouched
+    stub: str                     # the code the learner starts from (before the check line)
+    checker: Callable[[Any], str]
+
+    @property
+    def lesson(self) -> str:
+        return self.id.split(".")[0]
+
+    @property
+    def number(self) -> int:
+        return int(self.id.split(".")[1])
+
+    @property
+    def seed(self) -> int:
+        return int(self.id.replace(".", ""))       # "05.2" -> 52: one fixed stream per exercise
+
+
+def exercise(id: str, *, title: str, task: str, hint: str, stub: str):
+    """Decorator registering ``checker(answer) -> reason it is right`` under ``id``."""
+    def wrap(fn):
+        if id in _REGISTRY:
+            raise ValueError(f"exercise {id!r} is registered twice")
+        _REGISTRY[id] = Exercise(id=id, title=title, task=task, hint=hint, stub=stub.strip("\n"), checker=fn)
+        return fn
+    return wrap
+
+
+def _load() -> None:
+    from seqlab.exercises import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07  # noqa: F401
+
+
+def ids(lesson=None) -> builtins.list[str]:
+    """Every exercise id (``"01.1"`` ...), or those of one lesson (``1``, ``"1"`` or ``"01"``)."""
+    _load()
+    if lesson is None:
+        return builtins.list(_REGISTRY)
+    key = _lesson_key(lesson)
+    return [i for i in _REGISTRY if i.split(".")[0] == key]
+
+
+def _lesson_key(lesson) -> str:
+    try:
+        n = int(str(lesson))
+    except ValueError:
+        raise ValueError(f"lesson: expected a lesson number such as 1 or '01', got {lesson!r}") from None
+    return f"{n:02d}"
+
+
+def get(exercise_id: str) -> Exercise:
+    """The exercise ``exercise_id``; ``ValueError`` naming it and listing the valid ids when there is none."""
+    _load()
+    key = str(exercise_id).strip()
+    if key not in _REGISTRY:
+        raise ValueError(f"unknown exercise {exercise_id!r}; valid ids: {', '.join(_REGISTRY)}")
+    return _REGISTRY[key]
+
+
+def list_exercises(lesson=None) -> builtins.list[tuple[str, str]]:
+    """``[(id, one-line task), ...]`` for every exercise, or for one lesson."""
+    return [(i, _REGISTRY[i].task) for i in ids(lesson)]
+
+
+def hint(exercise_id: str) -> str:
+    """The one-line hint of an exercise."""
+    return get(exercise_id).hint
+
+
+def check(exercise_id: str, answer) -> bool:
+    """Check ``answer`` for exercise ``exercise_id``: print one line saying so and return whether it is right.
+
+    ``...`` (the untouched cell) prints "not answered yet" with the hint and returns False; a wrong answer
+    prints what is wrong and returns False; only an unknown ``exercise_id`` raises (``ValueError``).
+    """
+    ex = get(exercise_id)
+    head = f"Exercise {ex.id}"
+    if answer is ...:
+        print(f"{head}: not answered yet — {ex.hint}")
+        return False
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(ex.seed)
+        try:
+            reason = ex.checker(answer)
+        except NotAnswered as err:
+            print(f"{head}: not answered yet — {err} {ex.hint}")
+            return False
+        except Wrong as err:
+            print(f"{head}: not yet — {err}")
+            return False
+        except Exception as err:                       # a checker must never leave a traceback in a lesson
+            print(f"{head}: not yet — checking your answer raised {type(err).__name__}: {_short(err)}")
+            return False
+    print(f"{head}: correct — {reason}")
+    return True
+
+
+def notebook_cells(lesson) -> builtins.list[tuple[str, str]]:
+    """``[(markdown, code), ...]``: the cells that pose the exercises of one lesson (untouched: each prints
+    "not answered yet")."""
+    cells = []
+    for i in ids(lesson):
+        ex = _REGISTRY[i]
+        md = f"### Exercise {ex.number} · {ex.title}\n\n{ex.task}"
+        code = (f"from seqlab import exercises\n\n# Exercise {ex.number}: {ex.task}\n{ex.stub}\n\n"
+                f"exercises.check(\"{ex.id}\", answer);")
+        cells.append((md, code))
+    return cells
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+
+def _short(err: BaseException, limit: int = 160) -> str:
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def need_function(answer, signature: str):
+    if not callable(answer):
+        raise Wrong(f"expected a function {signature}, got {type(answer).__name__}")
+    return answer
+
+
+def call(fn, *args, what: str = "your function"):
+    """``fn(*args)``; a stub (returns ``None`` or ``...``) is not answered yet, an exception is reported."""
+    try:
+        out = fn(*args)
+    except (Wrong, NotAnswered):
+        raise
+    except Exception as err:
+        raise Wrong(f"{what} raised {type(err).__name__}: {_short(err)}") from None
+    if out is None or out is ...:
+        raise NotAnswered(f"{what} returned {'None' if out is None else '...'} (no `return` yet?).")
+    return out
+
+
+def tensor(out, name: str, shape: tuple, *, complex_ok: bool = True) -> torch.Tensor:
+    """``out`` as a float64 (or complex128) tensor of ``shape``, or ``Wrong`` saying what came instead."""
+    if not isinstance(out, torch.Tensor):
+        try:
+            out = torch.as_tensor(out)
+        except Exception:
+            raise Wrong(f"{name}: expected a tensor of shape {tuple(shape)}, got {type(out).__name__}") from None
+    if tuple(out.shape) != tuple(shape):
+        raise Wrong(f"{name}: expected shape {tuple(shape)}, got {tuple(out.shape)}")
+    out = out.detach()
+    if out.is_complex():
+        if not complex_ok:
+            raise Wrong(f"{name}: expected a real tensor, got {out.dtype}")
+        return out.to(torch.complex128)
+    return out.to(torch.float64)
+
+
+def fmt(z) -> str:
+    """A number for a message: 4 significant digits, complex as a+bi."""
+    if isinstance(z, torch.Tensor):
+        z = z.item()
+    if isinstance(z, complex):
+        return f"{z.real:.4g}{z.imag:+.4g}i"
+    return f"{z:.4g}"
+
+
+def first_nonfinite(got: torch.Tensor, name: str, where: str = "") -> None:
+    bad = ~torch.isfinite(got)
+    if bad.any():
+        idx = tuple(int(i) for i in bad.nonzero()[0])
+        raise Wrong(f"{name} has {int(bad.sum())} non-finite values{where} (the first at index {idx}: "
+                    f"{fmt(got[idx])})")
+
+
+def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    scale = float(want.abs().max()) if want.numel() else 0.0
+    if scale == 0.0:
+        return float((got - want).abs().max()) if got.numel() else 0.0
+    return float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want))
+
+
+def close(got: torch.Tensor, want: torch.Tensor, tol: float) -> bool:
+    return got.shape == want.shape and bool(torch.isfinite(got).all()) and relative_error(got, want) <= tol
+
+
+def compare(got: torch.Tensor, want: torch.Tensor, tol: float, *, name: str, against: str,
+            axes: str = "", where: str = "", absolute: bool = False) -> float:
+    """``Wrong`` naming the first index (with the axes' names) where ``got`` and ``want`` differ most, unless the
+    relative error ``||got - want|| / ||want||`` (``absolute``: the largest ``|got - want|``) is within ``tol``;
+    returns that error."""
+    first_nonfinite(got, name, where)
+    err = float((got - want).abs().max()) if absolute else relative_error(got, want)
+    if err <= tol:
+        return err
+    diff = (got - want).abs()
+    worst = float(diff.max())
+    first = tuple(int(i) for i in (diff > 0.1 * worst).nonzero()[0])
+    label = f"{axes} = {first}" if axes else f"index {first}"
+    measure = "largest difference" if absolute else "relative error"
+    raise Wrong(f"{name} differs from {against}{where} first at {label}: got {fmt(got[first])}, expected "
+                f"{fmt(want[first])} ({measure} {err:.1e} > {tol:.0e})")
+
+
+def choice(answer, options, name: str = "answer") -> str:
+    """A string among ``options``, forgiving case, spaces and '-'/'_'."""
+    if not isinstance(answer, str):
+        raise Wrong(f"{name}: expected one of {', '.join(repr(o) for o in options)}, got {answer!r}")
+    norm = lambda s: s.strip().lower().replace("_", "-").replace(" ", "-")  # noqa: E731
+    for o in options:
+        if norm(answer) == norm(o):
+            return o
+    raise Wrong(f"{name}: expected one of {', '.join(repr(o) for o in options)}, got {answer!r}")
+
+
+def whole_number(answer, name: str = "answer") -> int:
+    if isinstance(answer, bool):
+        raise Wrong(f"{name}: expected a whole number, got {answer!r}")
+    if isinstance(answer, torch.Tensor) and answer.numel() == 1:
+        answer = answer.item()
+    if isinstance(answer, float) and answer.is_integer():
+        answer = int(answer)
+    if not isinstance(answer, int):
+        raise Wrong(f"{name}: expected a whole number, got {answer!r}")
+    return answer
+
+
+def real_number(answer, name: str) -> float:
+    if isinstance(answer, torch.Tensor) and answer.numel() == 1:
+        answer = answer.item()
+    if isinstance(answer, bool) or not isinstance(answer, (int, float)) or not math.isfinite(answer):
+        raise Wrong(f"{name}: expected a finite real number, got {answer!r}")
+    return float(answer)
+
+
+def generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)

@@ -1,0 +1,119 @@
+"""Lesson 01 · Causal Relation Networks: the reduction as a loop, its exp form in the log domain, its state."""
+from __future__ import annotations
+
+import torch
+
+from seqlab.exercises._core import (
+    Wrong,
+    call,
+    close,
+    compare,
+    exercise,
+    generator,
+    need_function,
+    tensor,
+    whole_number,
+)
+
+_AXES = "(batch, query j, feature h)"
+
+
+@exercise("01.1", title="The reduction as a loop",
+          task="Write the CausalRN reduction r_j = mean over i <= j of relu(p_i + q_j) as a loop over the queries j "
+               "(p, q: (B, L, H) -> r: (B, L, H)).",
+          hint="for each j: torch.relu(p[:, :j + 1] + q[:, j:j + 1]).mean(dim=1) is row j; compare "
+               "seqlab.ops.relation_reference(p, q, activation='relu').",
+          stub="def reduce(p, q):\n    ...          # your code here: return r, shape (B, L, H)\n\nanswer = reduce")
+def _check_01_1(answer):
+    from seqlab import ops
+
+    fn = need_function(answer, "reduce(p, q) -> r")
+    g = generator(11)
+    for L in (1, 6, 13):
+        p, q = (torch.randn(2, L, 5, generator=g, dtype=torch.float64) for _ in range(2))
+        got = tensor(call(fn, p.clone(), q.clone()), "r", (2, L, 5), complex_ok=False)
+        want = ops.relation_reference(p, q, activation="relu")
+        if close(got, want, 1e-10):
+            continue
+        if close(got, ops.relation_reference(p, q, activation="relu", causal=False), 1e-8):
+            raise Wrong(f"at L = {L} you averaged over every key i (BiRN, eq. 4); CausalRN keeps only i <= j (eq. 5)")
+        count = torch.arange(1, L + 1, dtype=torch.float64)[None, :, None]
+        if close(got, want * count, 1e-8):
+            raise Wrong(f"at L = {L} row j is j times too large: a mean divides the sum by the number of keys i <= j")
+        if L > 1 and not torch.isfinite(got[:, 0]).all() and torch.isfinite(got[:, 1:]).all():
+            raise Wrong("row j = 0 is not finite: the mean over i <= j includes i = j itself (one key at j = 0)")
+        compare(got, want, 1e-10, name="r", against="ops.relation_reference(p, q, activation='relu')",
+                axes=_AXES, where=f" at L = {L}")
+    return ("your loop equals ops.relation_reference at L = 1, 6, 13 (float64, relative error <= 1e-10): "
+            "every pair (i <= j) is materialised, O(L^2) work, as the quadratic mode does.")
+
+
+@exercise("01.2", title="The exp form in the log domain",
+          task="With psi = exp, compute the reduction in O(L) in the log domain, log r_j = q_j + "
+               "logcumsumexp_{i<=j}(p_i) - log j, so that it stays finite for keys p of size ~730 (exp overflows).",
+          hint="torch.logcumsumexp(p, dim=1) is log sum_{i<=j} exp(p_i); the count j is torch.arange(1, L + 1); "
+               "exponentiate only at the end.",
+          stub="def linear_reduce(p, q):\n    ...          # your code here: return r, shape (B, L, H)\n\n"
+               "answer = linear_reduce")
+def _check_01_2(answer):
+    from seqlab import ops
+
+    fn = need_function(answer, "linear_reduce(p, q) -> r")
+    g = generator(12)
+    cases = [(L, 1.0, 0.0) for L in (1, 7, 20)] + [(16, 20.0, 730.0)]
+    for L, scale, shift in cases:
+        p = scale * torch.rand(2, L, 4, generator=g, dtype=torch.float64) + shift
+        q = scale * torch.rand(2, L, 4, generator=g, dtype=torch.float64) - shift
+        where = f" at L = {L}" + (f" with keys p near {shift:.0f}" if shift else "")
+        got = tensor(call(fn, p.clone(), q.clone()), "r", (2, L, 4), complex_ok=False)
+        want = ops.relation_reference(p, q)                          # exp(p_i + q_j) is never large here
+        if shift and not torch.isfinite(got).all():
+            raise Wrong(f"r has {int((~torch.isfinite(got)).sum())} non-finite values{where}: exp(p) overflows float64 "
+                        f"above ~709; keep log sum exp(p_i) (torch.logcumsumexp) and exponentiate q_j + log S_j - log j")
+        count = torch.arange(1, L + 1, dtype=torch.float64)[None, :, None]
+        if L > 1 and close(got, want * count, 1e-8):
+            raise Wrong(f"row j is j times too large{where}: subtract log j (the mean over the j keys i <= j)")
+        compare(got, want, 1e-9, name="r", against="ops.relation_reference(p, q)", axes=_AXES, where=where)
+    return ("equal to the materialised pairs (relative error <= 1e-9) and finite for keys of ~730, where exp(p_i) "
+            "overflows: one prefix log-sum-exp, O(L) work and O(H) state per step (000 eq. 9).")
+
+
+@exercise("01.3", title="Predict the state, then measure it",
+          task="Predict how many floats a 2-layer causalrn and a 2-layer linear-causalrn (d_model 32) hold per sequence "
+               "after reading 100 tokens: answer = {'causalrn': ..., 'linear-causalrn': ...}.",
+          hint="exact pre-norm keeps every past p_i (d_h = d_model floats per token and layer); the exp form keeps one "
+               "running log-sum of d_h floats per layer.",
+          stub="answer = ...          # your prediction: {'causalrn': ..., 'linear-causalrn': ...}")
+def _check_01_3(answer):
+    from seqlab import models
+
+    if not isinstance(answer, dict) or set(answer) != {"causalrn", "linear-causalrn"}:
+        got = sorted(answer) if isinstance(answer, dict) else type(answer).__name__
+        raise Wrong(f"expected a dict with the keys 'causalrn' and 'linear-causalrn', got {got}")
+    tokens = torch.randint(0, 16, (1, 100), generator=generator(13))
+    held = {}
+    for name in ("causalrn", "linear-causalrn"):
+        model = models.build(name, vocab_size=16, d_model=32, n_layers=2).double().eval()
+        with torch.no_grad():
+            _, state = model.prefill(tokens)                   # read 100 tokens and count what is kept
+        held[name] = sum(t[0].numel() for t in _tensors(state["blocks"]))
+    for name, why in (("causalrn", "exact pre-norm keeps every past p_i: 32 floats x 100 tokens x 2 layers"),
+                      ("linear-causalrn", "the exp form keeps one running log-sum of d_h = 32 floats per layer, "
+                                          "whatever t")):
+        said = whole_number(answer[name], f"answer['{name}']")
+        if said != held[name]:
+            raise Wrong(f"{name}: you predicted {said}, it holds {held[name]} floats after 100 tokens "
+                        f"(model.state_size(100)); {why}")
+    return (f"measured after prefill of 100 tokens: causalrn {held['causalrn']} floats (every p_i, grows like a KV "
+            f"cache), linear-causalrn {held['linear-causalrn']} (one log-sum per layer, the same at any t).")
+
+
+def _tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors(v)
+    elif isinstance(obj, (tuple, list)):
+        for v in obj:
+            yield from _tensors(v)

@@ -1,0 +1,161 @@
+"""Lesson 03 · LRNN and the Feature-Sequence Twist: the layer by hand, the block by hand, the causal masks."""
+from __future__ import annotations
+
+import torch
+
+from seqlab.exercises._core import (
+    Wrong,
+    call,
+    close,
+    compare,
+    exercise,
+    generator,
+    need_function,
+    tensor,
+)
+
+
+def _lrnn(seed: int):
+    from seqlab.layers import LRNN
+
+    torch.manual_seed(seed)
+    lrnn = LRNN(3, 6, r_min=0.5, r_max=0.95, mode="sequential").double()
+    with torch.no_grad():
+        lrnn.h0_re.normal_()
+        lrnn.h0_im.normal_()                       # a trained h0 is not zero
+    return lrnn
+
+
+@exercise("03.1", title="The LRNN layer by hand",
+          task="Recompute a layers.LRNN forward with a loop: h_t = lam * h_{t-1} + x_t @ W from h_0, with lam = "
+               "lrnn.lam(), W = lrnn.input_weight(), h_0 = lrnn.h0(); return y = Re(h), shape (B, L, d_state).",
+          hint="h = lrnn.h0().expand(B, -1); each step h = lam * h + x[:, t].to(W.dtype) @ W; keep h.real.",
+          stub="def lrnn_forward(lrnn, x):\n    ...          # your code here: return y, shape (B, L, d_state)\n\n"
+               "answer = lrnn_forward")
+def _check_03_1(answer):
+    from seqlab import ops
+
+    fn = need_function(answer, "lrnn_forward(lrnn, x) -> y")
+    lrnn = _lrnn(31)
+    g = generator(31)
+    for L in (1, 5, 23):
+        x = torch.randn(2, L, 3, generator=g, dtype=torch.float64)
+        where = f" at L = {L}"
+        with torch.no_grad():
+            want = lrnn(x)
+            out = call(fn, lrnn, x.clone())
+            if isinstance(out, torch.Tensor) and out.is_complex():
+                raise Wrong(f"your output is complex{where}: the layer returns the real part Re(h)")
+            got = tensor(out, "y", (2, L, 6), complex_ok=False)
+            if close(got, want, 1e-10):
+                continue
+            w = lrnn.input_weight()
+            from_zero = ops.linear_scan(lrnn.lam(), x.to(w.dtype) @ w, mode="sequential").real
+            if close(got, from_zero, 1e-8):
+                raise Wrong(f"your states start from zero{where}: the LRNN starts from its trained h_0 = lrnn.h0()")
+            with_h0 = ops.linear_scan(lrnn.lam(), x.to(w.dtype) @ w, lrnn.h0(), mode="sequential")
+            if close(got, with_h0.abs(), 1e-8):
+                raise Wrong(f"you returned |h|{where}: the output is the real part Re(h)")
+        compare(got, want, 1e-10, name="y", against="lrnn(x)", axes="(batch, t, state)", where=where)
+    return ("equal to lrnn(x) at L = 1, 5, 23 (float64, relative error <= 1e-10): one complex scalar recurrence per "
+            "channel from the trained h_0, read out as Re(h); the layer computes the same states with linear_scan.")
+
+
+@exercise("03.2", title="The FST block by hand",
+          task="Recompute an FSTBlock from its parts: x1 = (1 - a1) x + a1 mlp1(lrnn1(norm1(x))), then x2 = (1 - a2) x1 "
+               "+ a2 [mlp2(lrnn2(norm2(x1)^T))]^T, the twist transposing (B, L, D) <-> (B, D, L).",
+          hint="a1, a2 = block.alpha1, block.alpha2; transpose with .transpose(1, 2) before lrnn2 and back after mlp2; "
+               "the second residual starts from x1, not x.",
+          stub="def fst_block(block, x):\n    ...          # your code here: return x2, shape (B, L, D)\n\n"
+               "answer = fst_block")
+def _check_03_2(answer):
+    from seqlab.layers import FSTBlock
+
+    fn = need_function(answer, "fst_block(block, x) -> x2")
+    torch.manual_seed(32)
+    L, D = 10, 6
+    block = FSTBlock(D, L, mode="sequential").double()
+    with torch.no_grad():
+        block.p1.fill_(0.4)
+        block.p2.fill_(-0.7)                       # alpha1 != alpha2 != 1/2: a mix-up shows
+    x = torch.randn(2, L, D, generator=generator(32), dtype=torch.float64)
+    with torch.no_grad():
+        want = block(x)
+        out = call(fn, block, x.clone())
+        if isinstance(out, torch.Tensor) and tuple(out.shape) == (2, D, L):
+            raise Wrong(f"your output has shape {(2, D, L)}: transpose the twisted half back to (B, L, D)")
+        got = tensor(out, "x2", (2, L, D), complex_ok=False)
+        a1, a2 = block.alpha1, block.alpha2
+        x1 = (1 - a1) * x + a1 * block.mlp1(block.lrnn1(block.norm1(x)))
+        if close(got, x1, 1e-8):
+            raise Wrong("you returned x1: the block goes on with the twisted half, x2 = (1 - a2) x1 + a2 twist(x1)")
+        if close(got, (1 - a2) * x + a2 * block.twisted_half(x1), 1e-8):
+            raise Wrong("the second residual starts from x: the twisted half is added to x1 (the first half's output)")
+        if close(got, (1 - a2) * x1 + a2 * block.mlp2(block.lrnn2(x1.transpose(1, 2))).transpose(1, 2), 1e-8):
+            raise Wrong("you skipped norm2: the twisted half normalises each position (over its features) first")
+    compare(got, want, 1e-10, name="x2", against="block(x)", axes="(batch, position, feature)")
+    return ("equal to block(x) (float64, relative error <= 1e-10): LRNN 1 runs along the 10 positions with state D, "
+            "LRNN 2 along the 6 features with state L = 10, the positions as its channels.")
+
+
+_PARTS = ("lrnn1.W_in", "mlp1", "norm2", "lrnn2.W_in", "lrnn2.lambda", "mlp2")
+_WHY_NOT = {
+    "lrnn1.W_in": "lrnn1.W_in maps features to states at one position (d_model -> d_state); it never mixes positions",
+    "mlp1": "mlp1 acts on each position's features alone; it never mixes positions",
+    "norm2": "norm2 normalises each position over its own features before the twist; it never mixes positions",
+    "lrnn2.lambda": "lrnn2's recurrence is diagonal in its channel (= position) index: lam_t only scales channel t, "
+                    "so it cannot move information between positions",
+}
+
+
+def _unmask(block, part):
+    if part == "lrnn2.W_in":
+        block.lrnn2.input_mask = None
+    else:
+        block.mlp2.fc1.mask = None
+        block.mlp2.fc2.mask = None
+
+
+def _leak(parts_unmasked) -> float:
+    """How far the logits at position 0 move when the last token changes, with the named masks removed."""
+    from seqlab import models
+
+    torch.manual_seed(33)
+    lm = models.build("fst", vocab_size=11, seq_len=12, d_model=8, n_layers=1, mode="sequential").double().eval()
+    with torch.no_grad():
+        for prm in lm.parameters():
+            prm.add_(0.3 * torch.randn_like(prm))     # random weights (the masks are applied on every call)
+    for part in parts_unmasked:
+        _unmask(lm.blocks[0], part)
+    tokens = torch.randint(0, 11, (2, 12), generator=generator(33))
+    changed = tokens.clone()
+    changed[:, -1] = (tokens[:, -1] + 1) % 11
+    with torch.no_grad():
+        return float((lm(changed)[:, 0] - lm(tokens)[:, 0]).abs().max())
+
+
+@exercise("03.3", title="Which weights make the twist causal?",
+          task="Predict which parts of an FST block must be masked lower-triangular in position to make it causal: "
+               "answer = a set of names from 'lrnn1.W_in', 'mlp1', 'norm2', 'lrnn2.W_in', 'lrnn2.lambda', 'mlp2'.",
+          hint="only a map whose inputs or outputs are indexed by position can move information from a later token to "
+               "an earlier one; in the twisted half the positions are the channels.",
+          stub="answer = ...          # a set of names, e.g. {'mlp1'}")
+def _check_03_3(answer):
+    if isinstance(answer, str) or not isinstance(answer, (set, frozenset, list, tuple)):
+        raise Wrong(f"expected a set of names from {', '.join(_PARTS)}, got {answer!r}")
+    chosen = set(answer)
+    unknown = sorted(str(c) for c in chosen if c not in _PARTS)
+    if unknown:
+        raise Wrong(f"unknown name {unknown[0]!r}: choose from {', '.join(_PARTS)}")
+    needed = {"lrnn2.W_in", "mlp2"}
+    for part in sorted(needed - chosen):
+        leak = _leak([part])
+        raise Wrong(f"without masking {part}, changing the last token moves the logits at position 0 by {leak:.2g} "
+                    f"(measured): {part} maps positions to positions (L -> L) in the twisted half")
+    extra = sorted(chosen - needed)
+    if extra:
+        raise Wrong(f"{extra[0]} needs no mask: {_WHY_NOT[extra[0]]}")
+    return (f"measured: with both masks the logits at position 0 do not move when the last token changes "
+            f"(max change {_leak([]):.1g}); without them they move by {_leak(sorted(needed)):.2g}. Only the twisted "
+            f"half's maps along the position axis (W_in of LRNN 2, both layers of MLP 2) can carry the future "
+            f"backwards.")

@@ -1,0 +1,124 @@
+"""Lesson 04 · Additive vs multiplicative decay: LightNet's decay from keys, Theorem 3.1's matrix, a bump in delta."""
+from __future__ import annotations
+
+import torch
+
+from seqlab.exercises._core import (
+    Wrong,
+    call,
+    choice,
+    close,
+    compare,
+    exercise,
+    fmt,
+    generator,
+    need_function,
+    tensor,
+)
+
+
+def _additive_truth(k: torch.Tensor) -> torch.Tensor:
+    log_s = torch.logcumsumexp(k, dim=0)
+    a = torch.zeros_like(k)
+    a[1:] = torch.exp(log_s[:-1] - log_s[1:])
+    return a
+
+
+@exercise("04.1", title="Additive decay from the keys",
+          task="LightNet's decay: from keys k: (L, d) return a_t = s_{t-1} / s_t with s_t = sum_{r<=t} exp(k_r) per "
+               "channel (a_1 = 0), finite for keys of size 1000; check that it lies in [0, 1].",
+          hint="log s_t = torch.logcumsumexp(k, dim=0); a_t = exp(log s_{t-1} - log s_t) for t >= 2 and a_1 = 0 "
+               "(s_0 = 0).",
+          stub="def additive_decay(k):\n    ...          # your code here: return a, shape (L, d)\n\n"
+               "answer = additive_decay")
+def _check_04_1(answer):
+    fn = need_function(answer, "additive_decay(k) -> a")
+    g = generator(41)
+    for L, scale in ((1, 1.0), (6, 1.0), (20, 3.0), (20, 1000.0)):
+        k = scale * (2 * torch.rand(L, 3, generator=g, dtype=torch.float64) - 1)
+        where = f" at L = {L}" + (f" with keys of size {scale:.0f}" if scale > 10 else "")
+        got = tensor(call(fn, k.clone()), "a", (L, 3), complex_ok=False)
+        if scale > 10 and not torch.isfinite(got).all():
+            raise Wrong(f"a has {int((~torch.isfinite(got)).sum())} non-finite values{where}: exp(k) overflows; "
+                        f"use log s_t = logcumsumexp(k) and a_t = exp(log s_(t-1) - log s_t)")
+        want = _additive_truth(k)
+        if torch.isfinite(got).all() and (got.min() < -1e-12 or got.max() > 1 + 1e-12):
+            bad = tuple(int(i) for i in ((got < -1e-12) | (got > 1 + 1e-12)).nonzero()[0])
+            raise Wrong(f"your decay is not in [0, 1]{where}: a{bad} = {fmt(got[bad])} (min {fmt(got.min())}, max "
+                        f"{fmt(got.max())}); s_t only grows, so s_(t-1) / s_t <= 1")
+        if float(got[0].abs().max()) > 1e-12:
+            raise Wrong(f"a_1 = {fmt(got[0, 0])}{where}, expected 0: s_0 = 0, nothing comes before the first token")
+        compare(got, want, 1e-12, name="a", against="s_(t-1) / s_t", axes="(t, channel)", where=where,
+                absolute=True)
+    k = 3 * (2 * torch.rand(20, 3, generator=g, dtype=torch.float64) - 1)
+    a = _additive_truth(k)
+    return (f"a_1 = 0 and 0 < a_t <= 1 after it (here between {fmt(a[1:].min())} and {fmt(a[1:].max())}), finite for "
+            f"keys of 1000: a_t depends on every key so far (Prop. 3.2, additive), unlike exp(-delta_t).")
+
+
+@exercise("04.2", title="Theorem 3.1's matrix, stably",
+          task="For multiplicative decay (log g_t = delta_1 + ... + delta_t) build C: (L, L) with c_ts = g_s / g_t for "
+               "s <= t and 0 above the diagonal, finite for L = 400, so that C @ x is the scan y_t = exp(-delta_t) "
+               "y_(t-1) + x_t.",
+          hint="G = delta.cumsum(0); c_ts = exp(G_s - G_t): mask s > t to -inf with torch.where before exp, never form "
+               "exp(G) itself.",
+          stub="def coefficients(delta):\n    ...          # your code here: return C, shape (L, L)\n\n"
+               "answer = coefficients")
+def _check_04_2(answer):
+    from seqlab import ops
+
+    fn = need_function(answer, "coefficients(delta) -> C")
+    g = generator(42)
+    for L, hi in ((1, 1.0), (5, 1.0), (16, 1.0), (400, 5.0)):
+        delta = hi * torch.rand(L, generator=g, dtype=torch.float64)
+        where = f" at L = {L}"
+        got = tensor(call(fn, delta.clone()), "C", (L, L), complex_ok=False)
+        want = ops.decay_coefficients(delta, "multiplicative")
+        if L > 1 and not torch.isfinite(got).all():
+            raise Wrong(f"C has {int((~torch.isfinite(got)).sum())} non-finite values{where} (log g_L = "
+                        f"{float(delta.sum()):.0f}): exp(log g) overflows; take exp(G_s - G_t), masked before exp")
+        if L > 1 and float(got.triu(1).abs().max()) > 0:
+            t, s = (int(i) for i in (got.triu(1) != 0).nonzero()[0])
+            if close(got, want.T, 1e-10):
+                raise Wrong(f"C is transposed{where}: row t is the output y_t, column s the input x_s (s <= t)")
+            raise Wrong(f"C[{t}, {s}] = {fmt(got[t, s])}{where}: C must be lower-triangular, output t reads only s <= t")
+        compare(got, want, 1e-12, name="C", against="ops.decay_coefficients(delta, 'multiplicative')",
+                axes="(t, s)", where=where, absolute=True)
+        x = torch.randn(L, 1, generator=g, dtype=torch.float64)
+        y = ops.linear_scan_reference(torch.exp(-delta)[:, None], x)
+        compare(got @ x, y, 1e-10, name="C @ x", against="the scan y_t = exp(-delta_t) y_(t-1) + x_t", where=where)
+    return ("equal to ops.decay_coefficients (max difference <= 1e-12) and C @ x equals the scan, at L = 400 too "
+            "where g_t itself overflows: every linear recurrence is a lower-triangular matrix of ratios g_s / g_t.")
+
+
+@exercise("04.3", title="A bump in delta: read the heatmap",
+          task="delta = 0.2 everywhere except delta_12 = 5 (L = 24). Predict which kind of decay wipes the tokens "
+               "before t = 12 from the rows after it, and which keeps token 12 itself longest: answer = "
+               "(kind that wipes, kind that keeps), each 'additive' or 'multiplicative'.",
+          hint="multiplicative: c_ts = exp(-(delta_(s+1) + ... + delta_t)); additive: c_ts = g_s / g_t with g_t = "
+               "delta_1 + ... + delta_t. Draw both with ops.decay_coefficients.",
+          stub="answer = ...          # (kind that wipes the past, kind that keeps the bump token)")
+def _check_04_3(answer):
+    from seqlab import ops
+
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        raise Wrong(f"expected a pair (kind that wipes, kind that keeps), got {answer!r}")
+    kinds = ("additive", "multiplicative")
+    wipes, keeps = choice(answer[0], kinds, "answer[0]"), choice(answer[1], kinds, "answer[1]")
+    delta = torch.full((24,), 0.2, dtype=torch.float64)
+    delta[12] = 5.0
+    C = {kind: ops.decay_coefficients(delta, kind) for kind in kinds}
+    past = {kind: float(C[kind][12, :12].max()) for kind in kinds}      # what row 12 keeps of tokens before 12
+    bump = {kind: float(C[kind][23, 12]) for kind in kinds}             # what the last row keeps of token 12
+    true_wipes = min(kinds, key=past.get)
+    true_keeps = max(kinds, key=bump.get)
+    if wipes != true_wipes:
+        raise Wrong(f"the bump wipes the past in the {true_wipes} matrix: row 12 keeps at most {fmt(past[true_wipes])} "
+                    f"of any earlier token there, {fmt(past[wipes])} in the {wipes} one: exp(-delta_12) against "
+                    f"g_11 / g_12 = 2.4 / 7.4")
+    if keeps != true_keeps:
+        raise Wrong(f"token 12 survives longest in the {true_keeps} matrix: c_(23,12) = {fmt(bump[true_keeps])} there, "
+                    f"{fmt(bump[keeps])} in the {keeps} one")
+    return (f"multiplicative decay turns a large delta into a wall (row 12 keeps <= {fmt(past['multiplicative'])} of "
+            f"the past); additive decay divides the past by g_t once and keeps the important token itself "
+            f"(c_(23,12) = {fmt(bump['additive'])} vs {fmt(bump['multiplicative'])}).")

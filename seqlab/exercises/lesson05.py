@@ -1,0 +1,141 @@
+"""Lesson 05 · GateLoop: the surrogate attention built stably, the gradient of the scan, a reset designed by hand."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from seqlab.exercises._core import (
+    Wrong,
+    call,
+    close,
+    compare,
+    exercise,
+    fmt,
+    generator,
+    need_function,
+    tensor,
+)
+
+
+def _crandn(g, *shape):
+    return torch.complex(torch.randn(*shape, generator=g, dtype=torch.float64),
+                         torch.randn(*shape, generator=g, dtype=torch.float64))
+
+
+def _transitions(g, *shape, lo, hi):
+    return torch.polar(lo + (hi - lo) * torch.rand(*shape, generator=g, dtype=torch.float64),
+                       (2 * torch.rand(*shape, generator=g, dtype=torch.float64) - 1) * math.pi)
+
+
+@exercise("05.1", title="The surrogate attention, stably",
+          task="Build GateLoop's masked surrogate attention A[n, m] = sum_d q_nd k_md prod_{j=m+1..n} a_jd (m <= n, 0 "
+               "above the diagonal) from q, k, a: (L, d) complex, finite at L = 600 where the prefix product "
+               "underflows.",
+          hint="log a is complex (log|a| + i arg a): take its cumsum G, the differences G_n - G_m, set m > n to -inf "
+               "with torch.where before exp, then torch.einsum('nd,md,nmd->nm', q, k, decay).",
+          stub="def surrogate(q, k, a):\n    ...          # your code here: return A, shape (L, L)\n\nanswer = surrogate")
+def _check_05_1(answer):
+    from seqlab.ops import gateloop_attention_matrix
+
+    fn = need_function(answer, "surrogate(q, k, a) -> A")
+    g = generator(51)
+    for L, lo, hi in ((1, 0.5, 1.0), (6, 0.5, 1.0), (20, 0.5, 1.0), (600, 0.05, 0.5)):
+        q, k = _crandn(g, L, 2), _crandn(g, L, 2)
+        a = _transitions(g, L, 2, lo=lo, hi=hi)
+        where = f" at L = {L}" + (f" with |a| in [{lo}, {hi}]" if L > 100 else "")
+        got = tensor(call(fn, q.clone(), k.clone(), a.clone()), "A", (L, L))
+        if L > 100 and not torch.isfinite(got).all():
+            raise Wrong(f"A has {int((~torch.isfinite(got)).sum())} non-finite values{where}: the prefix product "
+                        f"|pi_n| falls below 1e-308 and 1/pi_n overflows (Fig. 3); use differences of cumulative logs, "
+                        f"masked before exp")
+        if L > 1 and float(got.triu(1).abs().max()) > 0:
+            n, m = (int(i) for i in (got.triu(1) != 0).nonzero()[0])
+            raise Wrong(f"A[{n}, {m}] = {fmt(got[n, m].item())}{where}: query n reads only keys m <= n (eq. 20's mask)")
+        want = gateloop_attention_matrix(q[None, None], k[None, None], a[None, None])[0, 0]
+        if L > 1 and close(got, want.conj(), 1e-8):
+            raise Wrong(f"A is conjugated{where}: GateLoop's k_n^T v_n and q_n S_n have no conjugation")
+        compare(got, want, 1e-9, name="A", against="ops.gateloop_attention_matrix", axes="(query n, key m)",
+                where=where)
+    return ("equal to ops.gateloop_attention_matrix (relative error <= 1e-9), at L = 600 too, where the literal "
+            "Q pi, K / pi form of eq. 18-19 gives 0 * inf: relative decays from differences of logs never overflow.")
+
+
+@exercise("05.2", title="The gradient of the scan",
+          task="For h_t = a_t h_(t-1) + x_t (h_0 = 0; a, x: (L, D) real) and loss = sum_t w_t * h_t, return "
+               "d loss / d a_t, shape (L, D), without autograd (the checker compares with autograd).",
+          hint="g_t = d loss / d h_t obeys g_t = w_t + a_(t+1) g_(t+1) (a scan run backwards); a_t multiplies h_(t-1), "
+               "so d loss / d a_t = g_t h_(t-1).",
+          stub="def grad_a(a, x, w):\n    ...          # your code here: return d loss / d a, shape (L, D)\n\n"
+               "answer = grad_a")
+def _check_05_2(answer):
+    from seqlab.ops import linear_scan_reference
+
+    fn = need_function(answer, "grad_a(a, x, w) -> d loss / d a")
+    g = generator(52)
+    for L in (1, 4, 19):
+        a = 0.3 + 0.7 * torch.rand(L, 3, generator=g, dtype=torch.float64)
+        x, w = (torch.randn(L, 3, generator=g, dtype=torch.float64) for _ in range(2))
+        where = f" at L = {L}"
+        got = tensor(call(fn, a.clone(), x.clone(), w.clone()), "d loss / d a", (L, 3), complex_ok=False)
+        with torch.enable_grad():
+            a_ = a.clone().requires_grad_()
+            h = linear_scan_reference(a_, x)
+            (w * h).sum().backward()
+        want, h = a_.grad, h.detach()
+        if close(got, want, 1e-10):
+            continue
+        h_prev = torch.cat([torch.zeros_like(h[:1]), h[:-1]])
+        g_true = linear_scan_reference(torch.cat([a[1:], torch.zeros_like(a[:1])]), w, reverse=True)
+        if close(got, g_true * h, 1e-8):
+            raise Wrong(f"you multiplied by h_t{where}: a_t multiplies h_(t-1) in h_t = a_t h_(t-1) + x_t, so "
+                        f"d loss / d a_t = g_t h_(t-1)")
+        if L > 1 and close(got, w * h_prev, 1e-8):
+            raise Wrong(f"you used only w_t{where}: a_t reaches every later h through a_(t+1), a_(t+2), ..., so "
+                        f"g_t = w_t + a_(t+1) g_(t+1), a reverse scan")
+        compare(got, want, 1e-10, name="d loss / d a", against="autograd through ops.linear_scan_reference",
+                axes="(t, channel)", where=where)
+    return ("equal to autograd (relative error <= 1e-10) at L = 1, 4, 19: the backward of a linear scan is itself a "
+            "linear scan run in reverse, which is how every fast mode of linear_scan computes its gradient.")
+
+
+@exercise("05.3", title="Design a reset",
+          task="Choose transitions a: (24,), |a_n| <= 1, so that in the surrogate attention with q = k = 1 every row "
+               "n >= 12 ignores the keys m < 12 (|A| < 1e-6) while |A[n, m]| >= 0.5 whenever n and m lie on the "
+               "same side of 12 and 0 < n - m <= 5.",
+          hint="A[n, m] = a_(m+1) ... a_n: a transition near 0 at one position cuts every product that crosses it; "
+               "elsewhere |a|^5 >= 0.5 needs |a| >= 0.871.",
+          stub="answer = ...          # a tensor of 24 transitions")
+def _check_05_3(answer):
+    from seqlab.ops import gateloop_attention_matrix
+
+    try:
+        a = torch.as_tensor(answer)
+    except Exception:
+        raise Wrong(f"expected a tensor of 24 transitions, got {type(answer).__name__}") from None
+    a = tensor(a, "a", (24,))
+    a = a.to(torch.complex128)
+    if not torch.isfinite(a).all():
+        raise Wrong("a has non-finite values")
+    mag = a.abs()
+    if float(mag.max()) > 1 + 1e-12:
+        n = int(mag.argmax())
+        raise Wrong(f"|a_{n}| = {fmt(mag[n])} > 1: every transition must have |a| <= 1 (a stable recurrence)")
+    ones = torch.ones(1, 1, 24, 1, dtype=torch.complex128)
+    A = gateloop_attention_matrix(ones, ones, a.view(1, 1, 24, 1))[0, 0].abs()
+    cross = A[12:, :12]
+    if float(cross.max()) >= 1e-6:
+        n, m = (int(i) for i in (cross == cross.max()).nonzero()[0])
+        raise Wrong(f"row {n + 12} still reads key {m} with |A| = {fmt(cross.max())}: A[{n + 12}, {m}] is the product "
+                    f"of a_{m + 1} .. a_{n + 12} and none of them is near 0; every such product contains a_12")
+    n_idx, m_idx = torch.meshgrid(torch.arange(24), torch.arange(24), indexing="ij")
+    same_side = (n_idx < 12) == (m_idx < 12)
+    near = (n_idx - m_idx > 0) & (n_idx - m_idx <= 5) & same_side
+    weakest = float(A[near].min())
+    if weakest < 0.5:
+        n, m = (int(i) for i in ((A == weakest) & near).nonzero()[0])
+        raise Wrong(f"|A[{n}, {m}]| = {fmt(weakest)} < 0.5: memory too short inside a segment ({n - m} steps); keep "
+                    f"|a| >= 0.5^(1/5) = 0.871 away from the reset")
+    return (f"rows n >= 12 keep at most {fmt(cross.max())} of any key before 12, and within each segment every key 5 "
+            f"steps back keeps >= {fmt(weakest)}: a data-controlled a_n (near 0 at a reset token) forgets exactly "
+            f"where the input says so, which no fixed a can do.")

@@ -1,0 +1,159 @@
+"""Lesson 06 · Decoding with a state: one LightNet step, when a KV cache outgrows a state, greedy decoding."""
+from __future__ import annotations
+
+import torch
+
+from seqlab.exercises._core import (
+    Wrong,
+    call,
+    compare,
+    exercise,
+    generator,
+    need_function,
+    tensor,
+    whole_number,
+)
+
+
+def _unpack_step(out, B, H, dk, dv, where):
+    if not isinstance(out, (tuple, list)) or len(out) != 2 or not isinstance(out[1], (tuple, list)) \
+            or len(out[1]) != 2:
+        raise Wrong(f"expected (o_t, (kv, log_s)) from your step{where}, got {type(out).__name__}")
+    o = tensor(out[0], "o_t", (B, H, dv), complex_ok=False)
+    kv = tensor(out[1][0], "kv", (B, H, dk, dv), complex_ok=False)
+    log_s = tensor(out[1][1], "log_s", (B, H, dk), complex_ok=False)
+    return o, kv, log_s
+
+
+@exercise("06.1", title="One step of LightNet",
+          task="Write one decoding step of LightNet's additive decay: from the state (kv: (B, H, dk, dv), log_s: "
+               "(B, H, dk)) and q_t, k_t: (B, H, dk), v_t: (B, H, dv) return (o_t, (kv, log_s)), kv being the sum "
+               "already divided by s_t.",
+          hint="log_s' = logaddexp(log_s, k_t); kv' = exp(log_s - log_s') kv + exp(k_t - log_s') v_t^T (per key "
+               "channel); o_t = q_t^T kv'. The empty state is kv = 0, log_s = -inf.",
+          stub="def lightnet_step(q_t, k_t, v_t, state):\n    ...          # your code here: return o_t, (kv, log_s)\n\n"
+               "answer = lightnet_step")
+def _check_06_1(answer):
+    from seqlab import ops
+
+    fn = need_function(answer, "lightnet_step(q_t, k_t, v_t, state) -> (o_t, (kv, log_s))")
+    g = generator(61)
+    B, H, L, dk, dv = 2, 2, 9, 3, 4
+    for scale in (1.0, 400.0):
+        q, k, v = (torch.randn(B, H, L, d, generator=g, dtype=torch.float64) for d in (dk, dk, dv))
+        k = scale * k
+        where = f" (keys of size {scale:.0f})" if scale > 1 else ""
+        want, (kv_want, log_s_want) = ops.decay_attention(q, k, v, decay="additive", mode="recurrent",
+                                                          return_state=True)
+        state = (torch.zeros(B, H, dk, dv, dtype=torch.float64), torch.full((B, H, dk), -torch.inf,
+                                                                           dtype=torch.float64))
+        for t in range(L):
+            out = call(fn, q[:, :, t].clone(), k[:, :, t].clone(), v[:, :, t].clone(), state,
+                       what="your step")
+            o, kv, log_s = _unpack_step(out, B, H, dk, dv, where)
+            at = f" at step t = {t + 1}{where}"
+            if scale > 1 and not (torch.isfinite(o).all() and torch.isfinite(kv).all()):
+                raise Wrong(f"non-finite values{at}: exp(k) overflows for keys of 400; keep log s and exponentiate "
+                            f"only differences (k_t - log s_t, log s_(t-1) - log s_t)")
+            try:
+                compare(o, want[:, :, t], 1e-10, name="o_t", against="ops.decay_attention(..., mode='recurrent')",
+                        axes="(batch, head, channel)", where=at)
+            except Wrong as err:
+                if t == 0:
+                    raise
+                raise Wrong(f"{err}; step 1 was right, so look at the old state: kv_(t-1) must be scaled by "
+                            f"s_(t-1) / s_t = exp(log s_(t-1) - log s_t)") from None
+            state = (kv, log_s)
+        compare(state[1], log_s_want, 1e-12, name="log_s", against="log sum exp(k) of the op's final state",
+                where=where)
+        compare(state[0], kv_want, 1e-10, name="kv", against="the op's final state", where=where)
+    return ("9 steps from the empty state give decay_attention's outputs and final state (kv, log s), also for keys "
+            "of 400: O(dk dv) work per token whatever t, and s_t itself (up to e^1200) is never formed.")
+
+
+@exercise("06.2", title="When does a KV cache outgrow a state?",
+          task="Predict after how many tokens t a 2-layer transformer's KV cache (d_model 64) first holds more floats "
+               "than a 2-layer linear-transformer's whole state (d_model 64, 4 heads): answer = t.",
+          hint="the cache holds a key and a value (2 d floats) per token and layer; the linear Transformer holds "
+               "[S | z], d x (d / heads + 1) floats per layer, whatever t.",
+          stub="answer = ...          # a whole number of tokens")
+def _check_06_2(answer):
+    from seqlab import models
+
+    t = whole_number(answer)
+    tr = models.build("transformer", vocab_size=8, d_model=64, n_layers=2)
+    lt = models.build("linear-transformer", vocab_size=8, d_model=64, n_layers=2, n_heads=4)
+    fixed = lt.state_size(10 ** 6)
+    first = next(n for n in range(1, 10 ** 6) if tr.state_size(n) > fixed)
+    if t < 1:
+        raise Wrong(f"expected a positive number of tokens, got {t}")
+    if tr.state_size(t) <= fixed:
+        raise Wrong(f"after {t} tokens the cache holds {tr.state_size(t)} floats, not more than the linear "
+                    f"Transformer's {fixed}: not yet")
+    if t != first:
+        raise Wrong(f"after {t} tokens the cache ({tr.state_size(t)} floats) is larger, but it already was after "
+                    f"{t - 1} ({tr.state_size(t - 1)} > {fixed}): find the first such t")
+    return (f"model.state_size: the cache holds 2 x 64 x 2 = 256 floats per token, {tr.state_size(first)} after "
+            f"{first} tokens against the linear Transformer's constant 2 x 64 x (16 + 1) = {fixed}; from then on the "
+            f"cache only grows.")
+
+
+@exercise("06.3", title="Greedy decoding with a state",
+          task="Write greedy decoding: generate(model, prompt, n) -> (B, P + n) tokens, reading the prompt (B, P) with "
+               "one model.prefill and then one model.step per new token (the argmax of the last logits).",
+          hint="logits, state = model.prefill(prompt); the next token is logits[:, -1].argmax(-1); then "
+               "logits_t, state = model.step(token, state) gives (B, vocab) logits for the one after.",
+          stub="def generate(model, prompt, n):\n    ...          # your code here: return tokens, shape (B, P + n)\n\n"
+               "answer = generate")
+def _check_06_3(answer):
+    from seqlab import models
+
+    fn = need_function(answer, "generate(model, prompt, n) -> tokens")
+    torch.manual_seed(63)
+    model = models.build("gateloop", vocab_size=11, d_model=16, n_layers=2, mode="recurrent").double().eval()
+    with torch.no_grad():
+        for prm in model.parameters():
+            prm.add_(0.3 * torch.randn_like(prm))     # random weights: no token is trivially likely
+    prompt = torch.randint(0, 11, (2, 5), generator=generator(63))
+    n = 6
+    with torch.no_grad():
+        want = prompt
+        for _ in range(n):                            # rerun the whole forward for every new token
+            want = torch.cat([want, model(want)[:, -1].argmax(-1, keepdim=True)], 1)
+    calls = {"forward": 0, "prefill": 0, "step": 0}
+
+    def counted(name):
+        method = getattr(model, name)
+
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return method(*args, **kwargs)
+        return wrapper
+
+    for name in calls:
+        setattr(model, name, counted(name))           # instance attributes: model(...) goes through them too
+    try:
+        with torch.no_grad():
+            out = call(fn, model, prompt.clone(), n)
+    finally:
+        for name in calls:
+            delattr(model, name)
+    if not isinstance(out, torch.Tensor):
+        raise Wrong(f"expected a tensor of tokens (2, {5 + n}), got {type(out).__name__}")
+    if tuple(out.shape) != (2, 5 + n):
+        raise Wrong(f"expected shape (2, {5 + n}) (the prompt and {n} new tokens), got {tuple(out.shape)}")
+    if not torch.equal(out[:, :5].long(), prompt):
+        raise Wrong("the first 5 tokens of your output are not the prompt")
+    diff = (out.long() != want).nonzero()
+    if len(diff):
+        b, t = (int(i) for i in diff[0])
+        raise Wrong(f"token {t} of sequence {b} is {int(out[b, t])}, greedy decoding gives {int(want[b, t])} "
+                    f"(the argmax of the logits after token {t - 1})")
+    if calls["forward"]:
+        raise Wrong(f"right tokens, but you ran the whole forward {calls['forward']} times: read the prompt with one "
+                    f"model.prefill, then one model.step per new token (O(1) work each)")
+    if calls["prefill"] != 1 or calls["step"] not in (n - 1, n):
+        raise Wrong(f"right tokens, but with {calls['prefill']} prefill and {calls['step']} step calls: expected one "
+                    f"prefill and {n - 1} steps (the last token needs no step after it)")
+    return (f"the same {n} tokens as rerunning the forward each time, from 1 prefill and {calls['step']} steps: "
+            f"each step reads only the state S, O(1) work per token instead of a pass over the whole context.")

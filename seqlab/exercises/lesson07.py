@@ -1,0 +1,118 @@
+"""Lesson 07 · The arena: MQAR labels from the tokens, the parameters that are matched, which states grow."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from seqlab.exercises._core import Wrong, call, exercise, need_function, whole_number
+
+
+@exercise("07.1", title="MQAR labels from the tokens",
+          task="Compute MQAR labels from the tokens alone: mqar_labels(ids, num_kv_pairs) for ids: (B, L) returns (B, L) "
+               "labels, the value paired with a key wherever that key comes back after the first 2 D tokens, "
+               "IGNORE (-100) everywhere else.",
+          hint="the pairs are ids[b, 0::2] -> ids[b, 1::2] within the first 2 D tokens; the key-value region itself "
+               "is never scored (seqlab.tasks.IGNORE = -100).",
+          stub="def mqar_labels(ids, num_kv_pairs):\n    ...          # your code here: return labels, shape (B, L)\n\n"
+               "answer = mqar_labels")
+def _check_07_1(answer):
+    from seqlab.tasks.base import IGNORE
+    from seqlab.tasks.recall import _mqar_rows
+
+    fn = need_function(answer, "mqar_labels(ids, num_kv_pairs) -> labels")
+    rng = np.random.default_rng(71)
+    for vocab, L, D in ((64, 32, 4), (20, 16, 2), (256, 64, 8)):
+        ids, labels = _mqar_rows(rng, 3, vocab, L, D, 0.01)
+        ids, want = torch.as_tensor(ids), torch.as_tensor(labels)
+        out = call(fn, ids.clone(), D)
+        got = torch.as_tensor(out) if not isinstance(out, torch.Tensor) else out
+        if tuple(got.shape) != tuple(want.shape):
+            raise Wrong(f"expected labels of shape {tuple(want.shape)}, got {tuple(got.shape)}")
+        if got.is_floating_point() or got.is_complex():
+            if not torch.equal(got, got.round()):
+                raise Wrong("labels must be whole token ids (or -100), got fractions")
+        got = got.long()
+        bad = (got != want).nonzero()
+        if not len(bad):
+            continue
+        b, t = (int(i) for i in bad[0])
+        tok, g_, w_ = int(ids[b, t]), int(got[b, t]), int(want[b, t])
+        case = f"sequence {b} (length {L}, {D} pairs), position {t}"
+        if t < 2 * D:
+            raise Wrong(f"{case}: you gave {g_}, expected {IGNORE}: the first 2 D = {2 * D} tokens are the key-value "
+                        f"region, never scored")
+        if w_ == IGNORE:
+            raise Wrong(f"{case} holds token {tok}, which is not one of the {D} keys: expected {IGNORE}, you gave {g_}")
+        shown = int((ids[b, : 2 * D: 2] == tok).nonzero()[0]) * 2
+        raise Wrong(f"{case} holds key {tok}, shown with value {int(ids[b, shown + 1])} at position {shown + 1}: "
+                    f"expected {w_}, you gave {g_}")
+    return ("your labels equal the generator's on 9 sequences of three layouts: a label is a function of the tokens "
+            "alone (the filler never repeats a key), so a model that could look back perfectly would score 100%.")
+
+
+_EXCLUDED = ("embed.", "pos", "head.")
+
+
+@exercise("07.2", title="What does 'the same size' count?",
+          task="Write core(model): the number of parameters outside the token embedding ('embed.'), the position table "
+               "('pos') and the output head ('head.'), a complex parameter counting twice: what the arena matches.",
+          hint="for name, p in model.named_parameters(): skip names that start with 'embed.', 'pos' or 'head.'; add "
+               "p.numel() (twice if p.is_complex()).",
+          stub="def core(model):\n    ...          # your code here: return an int\n\nanswer = core")
+def _check_07_2(answer):
+    from seqlab import models
+    from seqlab.experiments import arena
+
+    fn = need_function(answer, "core(model) -> int")
+    for family in arena.FAMILIES:
+        model = models.build(family, vocab_size=64, **arena.family_config(family, 16, 2))
+        got = whole_number(call(fn, model), f"core({family} model)")
+        want = arena.core_parameters(model)
+        if got == want:
+            continue
+        parts = {prefix: sum(p.numel() for n, p in model.named_parameters() if n.startswith(prefix))
+                 for prefix in _EXCLUDED}
+        total = sum(p.numel() for p in model.parameters())
+        if got == total:
+            raise Wrong(f"{family}: you counted every parameter ({total}); leave out the embedding ({parts['embed.']}), "
+                        f"the position table ({parts['pos']}) and the head ({parts['head.']}), which grow with the "
+                        f"vocabulary and the length, not with the mixer: {want}")
+        for prefix, n in parts.items():
+            if n and got == want + n:
+                raise Wrong(f"{family}: you counted '{prefix}' ({n} parameters) too; expected {want}")
+        raise Wrong(f"{family}: you counted {got}, expected {want} (arena.core_parameters)")
+    return ("equal to arena.core_parameters for all seven families: the budget the arena matches by d_model, so "
+            "a large vocabulary or a long learned position table cannot buy a family a better mixer.")
+
+
+@exercise("07.3", title="Whose state grows with the length?",
+          task="Predict which of the seven arena families hold a state that grows with the number of tokens read: "
+               "answer = a set of names from arena.FAMILIES.",
+          hint="look at what token t adds (lesson 06 §2, lesson 07 §3): a cache appends, a recurrence overwrites a "
+               "fixed h; verify with model.state_size(t).",
+          stub="answer = ...          # a set of family names, e.g. {'lrnn'}")
+def _check_07_3(answer):
+    from seqlab import models
+    from seqlab.experiments import arena
+
+    if isinstance(answer, str) or not isinstance(answer, (set, frozenset, list, tuple)):
+        raise Wrong(f"expected a set of family names from {', '.join(arena.FAMILIES)}, got {answer!r}")
+    chosen = set(answer)
+    unknown = sorted(str(c) for c in chosen if c not in arena.FAMILIES)
+    if unknown:
+        raise Wrong(f"unknown family {unknown[0]!r}: choose from {', '.join(arena.FAMILIES)}")
+    sizes = {}
+    for family in arena.FAMILIES:
+        model = models.build(family, vocab_size=64, **arena.family_config(family, 16, 2))
+        sizes[family] = (model.state_size(64), model.state_size(128))
+    grows = {f for f, (a, b) in sizes.items() if b > a}
+    for family in arena.FAMILIES:
+        a, b = sizes[family]
+        if family in chosen and family not in grows:
+            raise Wrong(f"{family}: state_size(64) = {a} = state_size(128): constant, its recurrence overwrites a "
+                        f"fixed state")
+        if family in grows and family not in chosen:
+            raise Wrong(f"{family}: state_size(64) = {a}, state_size(128) = {b}: it keeps something for every token")
+    listed = ", ".join(f"{f} {sizes[f][0]} -> {sizes[f][1]}" for f in sorted(grows))
+    return (f"measured with model.state_size at 64 and 128 tokens: {listed} (caches that keep every token); the "
+            f"five others hold the same fixed state at any length, which is what MQAR at longer lengths tests.")

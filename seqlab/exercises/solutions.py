@@ -1,0 +1,185 @@
+"""Solutions to the exercises of lessons 01-07: ``solution(id)`` returns an answer that ``check(id, ...)`` accepts.
+
+They live here, in the package, and never in the lessons: try the exercise first, then read the one you need.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from seqlab.exercises._core import get
+
+
+# ----------------------------------------------------------------------------------------------- lesson 01
+
+
+def reduce(p, q):                                              # 01.1
+    r = torch.empty_like(p)
+    for j in range(p.shape[1]):                                # query j averages over the keys i <= j
+        r[:, j] = torch.relu(p[:, : j + 1] + q[:, j: j + 1]).mean(dim=1)
+    return r
+
+
+def linear_reduce(p, q):                                       # 01.2
+    count = torch.arange(1, p.shape[1] + 1, dtype=p.dtype, device=p.device)[:, None]
+    return torch.exp(q + torch.logcumsumexp(p, dim=1) - torch.log(count))
+
+
+STATE_SIZES = {"causalrn": 32 * 100 * 2, "linear-causalrn": 32 * 2}   # 01.3
+
+
+# ----------------------------------------------------------------------------------------------- lesson 02
+
+
+def scan(a, x, h0):                                            # 02.1
+    h, out = h0, []
+    for t in range(x.shape[1]):
+        h = a[:, t] * h + x[:, t]
+        out.append(h)
+    return torch.stack(out, dim=1)
+
+
+NU_THETA = (math.log(1 / 50), math.log(2 * math.pi / 10))     # 02.2: |lam| = e^(-1/50), arg lam = 2 pi / 10
+
+
+def broken_combine(p, q):                                      # 02.3: eq. 13 without the product a1 a2
+    return q[0], q[0] * p[1] + q[1]
+
+
+# ----------------------------------------------------------------------------------------------- lesson 03
+
+
+def lrnn_forward(lrnn, x):                                     # 03.1
+    lam, w = lrnn.lam(), lrnn.input_weight()
+    h, ys = lrnn.h0().expand(x.shape[0], -1), []
+    for t in range(x.shape[1]):
+        h = lam * h + x[:, t].to(w.dtype) @ w
+        ys.append(h.real)
+    return torch.stack(ys, dim=1)
+
+
+def fst_block(block, x):                                       # 03.2
+    a1, a2 = block.alpha1, block.alpha2
+    x1 = (1 - a1) * x + a1 * block.mlp1(block.lrnn1(block.norm1(x)))
+    twisted = block.norm2(x1).transpose(1, 2)                  # (B, D, L): the features become the sequence
+    back = block.mlp2(block.lrnn2(twisted)).transpose(1, 2)    # (B, L, D)
+    return (1 - a2) * x1 + a2 * back
+
+
+CAUSAL_MASKS = {"lrnn2.W_in", "mlp2"}                          # 03.3
+
+
+# ----------------------------------------------------------------------------------------------- lesson 04
+
+
+def additive_decay(k):                                         # 04.1
+    log_s = torch.logcumsumexp(k, dim=0)
+    a = torch.zeros_like(k)
+    a[1:] = torch.exp(log_s[:-1] - log_s[1:])                  # s_(t-1) / s_t; a_1 = 0 (s_0 = 0)
+    return a
+
+
+def coefficients(delta):                                       # 04.2
+    G = delta.cumsum(0)                                        # log g_t
+    L = delta.shape[0]
+    lower = torch.ones(L, L, dtype=torch.bool, device=delta.device).tril()
+    diff = G[None, :] - G[:, None]                             # [t, s] = log g_s - log g_t
+    return torch.where(lower, diff, torch.full_like(diff, -math.inf)).exp()
+
+
+BUMP = ("multiplicative", "additive")                          # 04.3
+
+
+# ----------------------------------------------------------------------------------------------- lesson 05
+
+
+def surrogate(q, k, a):                                        # 05.1
+    G = torch.log(a.to(torch.complex128)).cumsum(0)            # log prod_{j<=n} a_j: log|a| + i arg a, summed
+    L = q.shape[0]
+    lower = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()[..., None]
+    diff = G[:, None, :] - G[None, :, :]                       # [n, m, d] = log prod_{j=m+1..n} a_j
+    decay = torch.where(lower, diff, torch.full_like(diff, -math.inf)).exp()
+    return torch.einsum("nd,md,nmd->nm", q.to(decay.dtype), k.to(decay.dtype), decay)
+
+
+def grad_a(a, x, w):                                           # 05.2
+    from seqlab.ops import linear_scan
+
+    h = linear_scan(a, x, mode="sequential")
+    a_next = torch.cat([a[1:], torch.zeros_like(a[:1])])       # g_t = w_t + a_(t+1) g_(t+1)
+    g = linear_scan(a_next, w, reverse=True, mode="sequential")
+    h_prev = torch.cat([torch.zeros_like(h[:1]), h[:-1]])
+    return g * h_prev
+
+
+def reset_transitions():                                       # 05.3
+    a = torch.full((24,), 0.95, dtype=torch.float64)
+    a[12] = 0.0                                                # cuts every product a_(m+1) .. a_n across 12
+    return a
+
+
+# ----------------------------------------------------------------------------------------------- lesson 06
+
+
+def lightnet_step(q_t, k_t, v_t, state):                       # 06.1
+    kv, log_s = state
+    new_log_s = torch.logaddexp(log_s, k_t)
+    keep = torch.exp(log_s - new_log_s)                        # s_(t-1) / s_t (0 at the first token)
+    share = torch.exp(k_t - new_log_s)                         # exp(k_t) / s_t
+    kv = keep[..., None] * kv + share[..., None] * v_t[..., None, :]
+    o = torch.einsum("...i,...ij->...j", q_t, kv)
+    return o, (kv, new_log_s)
+
+
+CROSSOVER = 9                                                  # 06.2: 256 t > 2 x 64 x 17 = 2176 from t = 9
+
+
+def generate(model, prompt, n):                                # 06.3
+    logits, state = model.prefill(prompt)
+    nxt = logits[:, -1].argmax(-1)
+    tokens = [prompt, nxt[:, None]]
+    for _ in range(n - 1):
+        logits_t, state = model.step(nxt, state)
+        nxt = logits_t.argmax(-1)
+        tokens.append(nxt[:, None])
+    return torch.cat(tokens, dim=1)
+
+
+# ----------------------------------------------------------------------------------------------- lesson 07
+
+
+def mqar_labels(ids, num_kv_pairs):                            # 07.1
+    from seqlab.tasks import IGNORE
+
+    labels = torch.full_like(ids, IGNORE)
+    for b in range(ids.shape[0]):
+        pairs = {int(ids[b, 2 * i]): int(ids[b, 2 * i + 1]) for i in range(num_kv_pairs)}
+        for t in range(2 * num_kv_pairs, ids.shape[1]):
+            labels[b, t] = pairs.get(int(ids[b, t]), IGNORE)
+    return labels
+
+
+def core(model):                                               # 07.2
+    return sum(p.numel() * (2 if p.is_complex() else 1) for name, p in model.named_parameters()
+               if not name.startswith(("embed.", "pos", "head.")))
+
+
+GROWING = {"transformer", "causalrn"}                          # 07.3
+
+
+_SOLUTIONS = {
+    "01.1": lambda: reduce, "01.2": lambda: linear_reduce, "01.3": lambda: dict(STATE_SIZES),
+    "02.1": lambda: scan, "02.2": lambda: NU_THETA, "02.3": lambda: broken_combine,
+    "03.1": lambda: lrnn_forward, "03.2": lambda: fst_block, "03.3": lambda: set(CAUSAL_MASKS),
+    "04.1": lambda: additive_decay, "04.2": lambda: coefficients, "04.3": lambda: BUMP,
+    "05.1": lambda: surrogate, "05.2": lambda: grad_a, "05.3": reset_transitions,
+    "06.1": lambda: lightnet_step, "06.2": lambda: CROSSOVER, "06.3": lambda: generate,
+    "07.1": lambda: mqar_labels, "07.2": lambda: core, "07.3": lambda: set(GROWING),
+}
+
+
+def solution(exercise_id: str):
+    """An answer that passes ``check(exercise_id, answer)``; ``ValueError`` for an unknown id."""
+    ex = get(exercise_id)
+    return _SOLUTIONS[ex.id]()

@@ -1,0 +1,233 @@
+"""The exercises of lessons 01-07 (``seqlab.exercises``): every checker says "not answered yet" for the untouched
+cell, accepts its solution, and rejects a specific wrong answer with a message that says what is wrong."""
+import contextlib
+import io
+import math
+
+import pytest
+import torch
+
+from seqlab import exercises
+from seqlab.exercises.solutions import solution
+
+IDS = exercises.ids()
+
+
+def run(exercise_id, answer):
+    """``(returned, printed)`` of ``exercises.check``."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        ok = exercises.check(exercise_id, answer)
+    return ok, buf.getvalue().strip()
+
+
+# ------------------------------------------------------------------------------------- specific wrong answers
+
+
+def _birn_mean(p, q):                                    # 01.1: every key, not i <= j
+    return torch.stack([torch.relu(p + q[:, j: j + 1]).mean(1) for j in range(p.shape[1])], 1)
+
+
+def _naive_exp(p, q):                                    # 01.2: exp(p) overflows for keys of ~730
+    count = torch.arange(1, p.shape[1] + 1, dtype=p.dtype)[:, None]
+    return torch.exp(q) * torch.cumsum(torch.exp(p), 1) / count
+
+
+def _no_count(p, q):                                     # 01.2: the sum, not the mean
+    return torch.exp(q + torch.logcumsumexp(p, dim=1))
+
+
+def _late_scan(a, x, h0):                                # 02.1: stores h_(t-1), off by one
+    h, out = h0, []
+    for t in range(x.shape[1]):
+        out.append(h)
+        h = a[:, t] * h + x[:, t]
+    return torch.stack(out, 1)
+
+
+def _eq13(p, q):                                         # 02.3: the right operator breaks nothing
+    return p[0] * q[0], q[0] * p[1] + q[1]
+
+
+def _lrnn_from_zero(lrnn, x):                            # 03.1: forgets h_0
+    lam, w = lrnn.lam(), lrnn.input_weight()
+    h, ys = torch.zeros(x.shape[0], lrnn.d_state, dtype=w.dtype), []
+    for t in range(x.shape[1]):
+        h = lam * h + x[:, t].to(w.dtype) @ w
+        ys.append(h.real)
+    return torch.stack(ys, 1)
+
+
+def _fst_residual_from_x(block, x):                      # 03.2: second residual from x, not x1
+    a1, a2 = block.alpha1, block.alpha2
+    x1 = (1 - a1) * x + a1 * block.mlp1(block.lrnn1(block.norm1(x)))
+    back = block.mlp2(block.lrnn2(block.norm2(x1).transpose(1, 2))).transpose(1, 2)
+    return (1 - a2) * x + a2 * back
+
+
+def _naive_decay(k):                                     # 04.1: exp(k) overflows for keys of 1000
+    s = torch.cumsum(torch.exp(k), 0)
+    return torch.cat([torch.zeros_like(k[:1]), s[:-1] / s[1:]])
+
+
+def _transposed_coefficients(delta):                     # 04.2: c_st instead of c_ts
+    return solution("04.2")(delta).T
+
+
+def _literal_surrogate(q, k, a):                         # 05.1: eq. 18-21 literally, underflows at L = 600
+    pi = torch.cumprod(a, 0)
+    return ((q * pi) @ (k / pi).T).tril()
+
+
+def _grad_with_h_t(a, x, w):                             # 05.2: multiplies by h_t, not h_(t-1)
+    from seqlab.ops import linear_scan
+
+    h = linear_scan(a, x, mode="sequential")
+    g = linear_scan(torch.cat([a[1:], torch.zeros_like(a[:1])]), w, reverse=True, mode="sequential")
+    return g * h
+
+
+def _reset_one_early():                                  # 05.3: the reset at 11, not 12
+    a = torch.full((24,), 0.95, dtype=torch.float64)
+    a[11] = 0.0
+    return a
+
+
+def _step_without_decay(q_t, k_t, v_t, state):           # 06.1: the old kv is not rescaled by s_(t-1) / s_t
+    kv, log_s = state
+    new_log_s = torch.logaddexp(log_s, k_t)
+    kv = kv + torch.exp(k_t - new_log_s)[..., None] * v_t[..., None, :]
+    return torch.einsum("...i,...ij->...j", q_t, kv), (kv, new_log_s)
+
+
+def _rerun_generate(model, prompt, n):                   # 06.3: right tokens, but O(t) work per token
+    tokens = prompt
+    for _ in range(n):
+        tokens = torch.cat([tokens, model(tokens)[:, -1].argmax(-1, keepdim=True)], 1)
+    return tokens
+
+
+def _labels_everywhere(ids, num_kv_pairs):               # 07.1: scores the key-value region too
+    from seqlab.tasks import IGNORE
+
+    labels = torch.full_like(ids, IGNORE)
+    for b in range(ids.shape[0]):
+        pairs = {int(ids[b, 2 * i]): int(ids[b, 2 * i + 1]) for i in range(num_kv_pairs)}
+        for t in range(ids.shape[1]):
+            labels[b, t] = pairs.get(int(ids[b, t]), IGNORE)
+    return labels
+
+
+def _count_all(model):                                   # 07.2: embedding, positions and head counted too
+    return sum(p.numel() for p in model.parameters())
+
+
+WRONG = {   # id: [(wrong answer, a fragment the message must contain), ...]
+    "01.1": [(_birn_mean, "every key i")],
+    "01.2": [(_naive_exp, "non-finite"), (_no_count, "j times too large")],
+    "01.3": [({"causalrn": 64, "linear-causalrn": 64}, "causalrn: you predicted 64, it holds 6400"),
+             ({"causalrn": 6400}, "expected a dict")],
+    "02.1": [(_late_scan, "one step late")],
+    "02.2": [((math.log(50), math.log(2 * math.pi / 10)), "after 50 steps"),
+             ((math.log(1 / 50), math.log(1.0)), "not 10")],
+    "02.3": [(_eq13, "nothing is broken yet")],
+    "03.1": [(_lrnn_from_zero, "start from zero")],
+    "03.2": [(_fst_residual_from_x, "second residual starts from x"),
+             (lambda block, x: x.transpose(1, 2), "transpose the twisted half back")],
+    "03.3": [({"mlp2"}, "without masking lrnn2.W_in"), ({"lrnn2.W_in", "mlp2", "mlp1"}, "mlp1 needs no mask"),
+             ({"lrnn2.W_in", "mlp2", "lrnn2.lambda"}, "diagonal")],
+    "04.1": [(_naive_decay, "non-finite"), (lambda k: torch.exp(-torch.exp(k)), "a_1 =")],
+    "04.2": [(_transposed_coefficients, "transposed")],
+    "04.3": [(("additive", "multiplicative"), "wipes the past in the multiplicative"),
+             (("multiplicative", "multiplicative"), "survives longest in the additive"),
+             (("multiplicative", "exponential"), "expected one of")],
+    "05.1": [(_literal_surrogate, "non-finite")],
+    "05.2": [(_grad_with_h_t, "multiplied by h_t")],
+    "05.3": [(_reset_one_early(), "row 12 still reads key 11"), (torch.full((24,), 1.2), "> 1"),
+             (torch.full((24,), 0.5), "row 12 still reads key 11")],
+    "06.1": [(_step_without_decay, "step t = 2")],
+    "06.2": [(8, "not yet"), (10, "first such t"), (8.5, "whole number")],
+    "06.3": [(_rerun_generate, "ran the whole forward 6 times")],
+    "07.1": [(_labels_everywhere, "key-value region")],
+    "07.2": [(_count_all, "counted every parameter")],
+    "07.3": [({"transformer"}, "causalrn: state_size(64)"), ({"transformer", "causalrn", "lrnn"}, "lrnn: "),
+             ({"attention"}, "unknown family")],
+}
+
+
+def test_three_exercises_per_lesson():
+    assert len(IDS) == 21 and set(WRONG) == set(IDS)
+    for lesson in range(1, 8):
+        listed = exercises.list(lesson)
+        assert [i for i, _ in listed] == [f"{lesson:02d}.{n}" for n in (1, 2, 3)]
+        assert all(task.strip() for _, task in listed)
+    assert exercises.list("01") == exercises.list(1)
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_untouched_answer_is_not_answered_yet(exercise_id):
+    ok, out = run(exercise_id, ...)
+    assert ok is False
+    assert out.startswith(f"Exercise {exercise_id}: not answered yet — ") and exercises.hint(exercise_id) in out
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_untouched_notebook_cell_prints_not_answered_yet(exercise_id):
+    """The cell a lesson carries (the stub, untouched) runs without error and prints the same line every time."""
+    lesson, number = exercise_id.split(".")
+    _, code = exercises.notebook_cells(lesson)[int(number) - 1]
+    outputs = []
+    for _ in range(2):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            exec(compile(code, f"<exercise {exercise_id}>", "exec"), {})
+        outputs.append(buf.getvalue())
+    assert outputs[0] == outputs[1] and outputs[0].startswith(f"Exercise {exercise_id}: not answered yet — ")
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_solution_passes(exercise_id):
+    ok, out = run(exercise_id, solution(exercise_id))
+    assert ok is True, out
+    assert out.startswith(f"Exercise {exercise_id}: correct — ") and "raised" not in out
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_wrong_answers_fail_and_say_why(exercise_id):
+    for wrong, fragment in WRONG[exercise_id]:
+        ok, out = run(exercise_id, wrong)
+        assert ok is False, out
+        assert out.startswith(f"Exercise {exercise_id}: not yet — ") and "correct" not in out, out
+        assert fragment in out, out
+        assert "checking your answer raised" not in out, out      # the checker saw the mistake itself
+
+
+def test_a_function_that_raises_is_reported_not_raised():
+    def broken(p, q):
+        raise IndexError("index 7 is out of bounds")
+
+    ok, out = run("01.1", broken)
+    assert ok is False and "your function raised IndexError: index 7 is out of bounds" in out
+    ok, out = run("01.1", torch.zeros(3))
+    assert ok is False and "expected a function" in out
+
+
+def test_check_is_deterministic_and_leaves_the_random_stream_alone():
+    torch.manual_seed(5)
+    before = torch.rand(3)
+    torch.manual_seed(5)
+    first = run("06.3", _rerun_generate)
+    second = run("03.3", {"mlp2"})
+    after = torch.rand(3)
+    assert torch.equal(before, after)
+    assert first == run("06.3", _rerun_generate) and second == run("03.3", {"mlp2"})
+
+
+def test_unknown_id_raises_naming_it_and_the_valid_ones():
+    with pytest.raises(ValueError, match=r"unknown exercise '08\.1'; valid ids: 01\.1, 01\.2") as err:
+        exercises.check("08.1", ...)
+    assert all(i in str(err.value) for i in IDS)
+    with pytest.raises(ValueError, match="08.1"):
+        exercises.hint("08.1")
+    with pytest.raises(ValueError, match="08.1"):
+        solution("08.1")
