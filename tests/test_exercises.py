@@ -231,3 +231,11 @@ def test_unknown_id_raises_naming_it_and_the_valid_ones():
         exercises.hint("08.1")
     with pytest.raises(ValueError, match="08.1"):
         solution("08.1")
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_notebook_cell_ends_in_an_assignment(exercise_id):
+    """nbval's kernel displays a last expression even after a ";": the cell must end in a statement."""
+    lesson, number = exercise_id.split(".")
+    _, code = exercises.notebook_cells(lesson)[int(number) - 1]
+    assert code.splitlines()[-1] == f'correct = exercises.check("{exercise_id}", answer)'

@@ -140,8 +140,9 @@ def notebook_cells(lesson) -> builtins.list[tuple[str, str]]:
     for i in ids(lesson):
         ex = _REGISTRY[i]
         md = f"### Exercise {ex.number} · {ex.title}\n\n{ex.task}"
+        # an assignment, not a trailing ";": nbval's kernel shows the value of a last expression even after ";"
         code = (f"from seqlab import exercises\n\n# Exercise {ex.number}: {ex.task}\n{ex.stub}\n\n"
-                f"exercises.check(\"{ex.id}\", answer);")
+                f"correct = exercises.check(\"{ex.id}\", answer)")
         cells.append((md, code))
     return cells
 
