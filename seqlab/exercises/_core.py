@@ -141,7 +141,8 @@ def notebook_cells(lesson) -> builtins.list[tuple[str, str]]:
         ex = _REGISTRY[i]
         md = f"### Exercise {ex.number} · {ex.title}\n\n{ex.task}"
         code = (f"from seqlab import exercises\n\n# Exercise {ex.number}: {ex.task}\n{ex.stub}\n\n"
-                f"exercises.check(\"{ex.id}\", answer);")
+                f"passed = exercises.check(\"{ex.id}\", answer)")   # an assignment: no ';' (nbval runs cells
+        # without IPython's history, so a trailing ';' does not hide the returned bool there)
         cells.append((md, code))
     return cells
 
