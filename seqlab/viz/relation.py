@@ -28,7 +28,7 @@ def ablation_figure(result: dict, *, metric: str = "accuracy", split: str = "tes
     ``metric`` on ``split`` against the training step, one colour per variant."""
     groups = result["groups"]
     names = list(groups)
-    fig = new_figure(1, len(names), subplot_titles=names, title=title, height=360, horizontal_spacing=0.05)
+    fig = new_figure(1, len(names), subplot_titles=names, title=title, height=440, horizontal_spacing=0.05)
     for g_i, group in enumerate(names):
         runs = runs_of(dict(groups[group]))
         for _, trace in learning_curve_traces(runs, [metric], [split]):
@@ -39,7 +39,9 @@ def ablation_figure(result: dict, *, metric: str = "accuracy", split: str = "tes
         fig.update_xaxes(title_text="step", row=1, col=g_i + 1)
         fig.update_yaxes(range=[0, 1.02], row=1, col=g_i + 1)
     fig.update_yaxes(title_text=f"{split} {metric}", row=1, col=1)
-    fig.update_layout(legend=dict(orientation="h", y=-0.25))
+    # the legend sits below the "step" axis titles (anchored by its top edge, with room kept in the margin)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.3, x=0, xanchor="left"),
+                      margin=dict(b=130))
     return fig
 
 
