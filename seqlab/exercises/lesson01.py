@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from seqlab.models.decoding import _tensors  # every tensor inside a decoding state
 from seqlab.exercises._core import (
     Wrong,
     call,
@@ -96,7 +97,7 @@ def _check_01_3(answer):
         model = models.build(name, vocab_size=16, d_model=32, n_layers=2).double().eval()
         with torch.no_grad():
             _, state = model.prefill(tokens)                   # read 100 tokens and count what is kept
-        held[name] = sum(t[0].numel() for t in _tensors(state["blocks"]))
+        held[name] = sum(t[0].numel() for t in _tensors(state["blocks"]))   # every tensor of the state
     for name, why in (("causalrn", "exact pre-norm keeps every past p_i: 32 floats x 100 tokens x 2 layers"),
                       ("linear-causalrn", "the exp form keeps one running log-sum of d_h = 32 floats per layer, "
                                           "whatever t")):
@@ -107,13 +108,3 @@ def _check_01_3(answer):
     return (f"measured after prefill of 100 tokens: causalrn {held['causalrn']} floats (every p_i, grows like a KV "
             f"cache), linear-causalrn {held['linear-causalrn']} (one log-sum per layer, the same at any t).")
 
-
-def _tensors(obj):
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _tensors(v)
-    elif isinstance(obj, (tuple, list)):
-        for v in obj:
-            yield from _tensors(v)
