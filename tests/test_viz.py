@@ -285,6 +285,19 @@ def test_line_and_scaling_plot_slopes():
         viz.fit_slopes([8], {"m": [1.0]})
 
 
+def test_log_ticks_label_every_tick_in_full():
+    ticks = viz.log_ticks([64, 1024])
+    assert ticks["tickvals"] == [50.0, 100.0, 200.0, 500.0, 1000.0]
+    assert ticks["ticktext"] == ["50", "100", "200", "500", "1000"]
+    wide = viz.log_ticks([2e-6, 3e-1])          # over three decades: powers of ten only
+    assert wide["ticktext"] == ["1e-05", "0.0001", "0.001", "0.01", "0.1"]
+    fig = viz.scaling_plot([64, 128, 256], {"m": [1e-3, 2e-3, 4e-3]})
+    assert list(fig.layout.xaxis.ticktext) == ["50", "100", "200"]
+    assert list(fig.layout.yaxis.ticktext) == ["0.001", "0.002", "0.005"]
+    with pytest.raises(ValueError, match="values: a log axis needs"):
+        viz.log_ticks([0, -1])
+
+
 def test_template_is_registered_once_and_small():
     import plotly.io as pio
 

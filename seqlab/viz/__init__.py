@@ -12,7 +12,7 @@ Importing ``seqlab.viz`` inside a Jupyter kernel selects plotly's plain mimetype
 output is the figure's JSON alone (no random HTML ids), so executed notebooks compare exactly.
 """
 from seqlab.viz.figures import (as_array, coefficient_bars, complex_plane, fit_slopes, gate_heatmap, heatmap,
-                                learning_curves, line, runs_of, scaling_plot)
+                                learning_curves, line, log_ticks, runs_of, scaling_plot)
 from seqlab.viz.live import LivePlot, in_notebook
 from seqlab.viz.style import (COLORS, CYCLIC, DIVERGING, SEQUENTIAL, TEMPLATE, apply_style, color, new_figure,
                               use_stable_renderer)
@@ -20,5 +20,5 @@ from seqlab.viz.style import (COLORS, CYCLIC, DIVERGING, SEQUENTIAL, TEMPLATE, a
 use_stable_renderer()
 
 __all__ = ["learning_curves", "LivePlot", "heatmap", "gate_heatmap", "coefficient_bars", "complex_plane", "line",
-           "scaling_plot", "fit_slopes", "as_array", "runs_of", "in_notebook", "COLORS", "SEQUENTIAL", "DIVERGING",
+           "scaling_plot", "fit_slopes", "log_ticks", "as_array", "runs_of", "in_notebook", "COLORS", "SEQUENTIAL", "DIVERGING",
            "CYCLIC", "TEMPLATE", "apply_style", "color", "new_figure", "use_stable_renderer"]

@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 from seqlab.viz.style import CYCLIC, DIVERGING, SEQUENTIAL, color, new_figure
 
 __all__ = ["as_array", "runs_of", "learning_curves", "heatmap", "gate_heatmap", "coefficient_bars",
-           "complex_plane", "line", "scaling_plot", "fit_slopes"]
+           "complex_plane", "line", "scaling_plot", "fit_slopes", "log_ticks"]
 
 # Metrics that measure the machine, not the model: never drawn unless asked for by name.
 TIMING_KEYS = ("tokens_per_s", "time")
@@ -398,6 +398,22 @@ def _series(ys, n: int | None, labels: Sequence[str] | None, name: str) -> dict[
     return out
 
 
+def log_ticks(values) -> dict:
+    """Axis settings for a log axis over ``values``: ticks at 1-2-5 x 10^k labelled in full ("200", "0.05").
+
+    Plotly's default log ticks label the minor ticks with their leading digit only ("2, 5, 1, 2"), which
+    reads as nonsense; this lists them explicitly. Spans over three decades keep only the powers of ten.
+    """
+    v = np.asarray([x for x in np.ravel(np.asarray(values, dtype=float)) if np.isfinite(x) and x > 0])
+    if v.size == 0:
+        raise ValueError("values: a log axis needs at least one positive finite value")
+    lo, hi = np.floor(np.log10(v.min())), np.ceil(np.log10(v.max()))
+    steps = (1,) if hi - lo > 3 else (1, 2, 5)
+    ticks = [m * 10.0 ** k for k in np.arange(lo, hi + 1) for m in steps]
+    ticks = [t for t in ticks if v.min() / 1.5 <= t <= v.max() * 1.5] or [10.0 ** lo]
+    return dict(type="log", tickvals=[float(f"{t:.6g}") for t in ticks], ticktext=[f"{t:g}" for t in ticks])
+
+
 def line(x, ys, *, labels: Sequence[str] | None = None, title: str | None = None, x_title: str = "x",
          y_title: str = "y", log_x: bool = False, log_y: bool = False, mode: str = "lines",
          height: int | None = None) -> go.Figure:
@@ -408,8 +424,8 @@ def line(x, ys, *, labels: Sequence[str] | None = None, title: str | None = None
     for i, (name, vals) in enumerate(series.items()):
         fig.add_trace(go.Scatter(x=np.round(xs, 6).tolist(), y=np.round(vals, 6).tolist(), mode=mode, name=name,
                                  line=dict(color=color(i), width=2), marker=dict(size=6)))
-    fig.update_xaxes(title_text=x_title, type="log" if log_x else None)
-    fig.update_yaxes(title_text=y_title, type="log" if log_y else None)
+    fig.update_xaxes(title_text=x_title, **(log_ticks(xs) if log_x else {}))
+    fig.update_yaxes(title_text=y_title, **(log_ticks(np.concatenate(list(series.values()))) if log_y else {}))
     return fig
 
 
@@ -447,7 +463,7 @@ def scaling_plot(lengths, times_by_mode, *, title: str | None = None, y_title: s
             fig.add_trace(go.Scatter(x=ls.tolist(), y=np.exp(b + slopes[mode] * np.log(ls)).tolist(), mode="lines",
                                      name=f"{mode} fit", legendgroup=mode, showlegend=False,
                                      line=dict(color=color(i), width=1, dash="dash"), hoverinfo="skip"))
-    fig.update_xaxes(title_text=x_title, type="log")
-    fig.update_yaxes(title_text=y_title, type="log")
+    fig.update_xaxes(title_text=x_title, **log_ticks(ls))
+    fig.update_yaxes(title_text=y_title, **log_ticks(np.concatenate(list(series.values()))))
     fig.update_layout(meta={"slopes": {k: round(v, 4) for k, v in slopes.items()}})
     return fig
