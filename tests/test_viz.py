@@ -432,3 +432,14 @@ def test_closed_live_widgets_leave_no_comm_warning_only_for_themselves():
 
     assert not all(f.filter(record("a" * 32)) for f in comm_logger.filters)      # ours: dropped
     assert all(f.filter(record("b" * 32)) for f in comm_logger.filters)          # anyone else's: kept
+
+
+def test_impulse_figure_starts_at_t1():
+    from seqlab.viz.scan import impulse_figure
+    lam = 0.9 * np.exp(0.3j)
+    h = lam ** np.arange(6)                      # h_t = lambda^(t-1), t = 1..6
+    fig = impulse_figure(h, [lam, np.conj(lam)])
+    assert list(fig.data[0].x) == [1, 2, 3, 4, 5, 6]
+    assert fig.data[2].y[0] == pytest.approx(1.0) and fig.data[2].y[1] == pytest.approx(0.9)
+    with pytest.raises(ValueError, match="response"):
+        impulse_figure(np.zeros((2, 2)), [lam])
