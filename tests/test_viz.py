@@ -131,6 +131,21 @@ def test_liveplot_as_plain_callback_names_runs_after_the_model():
         viz.LivePlot().run("")
 
 
+def test_liveplot_named_labels_successive_fits():
+    live = viz.LivePlot("loss")
+    cb = live.named(["data-controlled", "fixed"])
+    for _ in range(2):
+        cb.on_fit_start(None, None)
+        for r in _records(3, every_eval=100):
+            cb(None, r)
+        cb.on_fit_end(None)
+    assert list(live.runs) == ["data-controlled", "fixed"] and all(live.runs.values())
+    with pytest.raises(ValueError, match="2 names given, but fit number 3"):
+        cb.on_fit_start(None, None)
+    with pytest.raises(ValueError, match="labels: expected distinct"):
+        live.named(["a", "a"])
+
+
 def test_liveplot_drives_a_figure_widget():
     pytest.importorskip("anywidget")
     live = viz.LivePlot(["loss"], display=True, min_interval=0.0)

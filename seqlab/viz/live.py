@@ -102,6 +102,26 @@ class _Run:
         self.plot.close()
 
 
+class _NamedRuns:
+    """The callback of :meth:`LivePlot.named`: the k-th fit it sees is drawn as ``labels[k]``."""
+
+    def __init__(self, plot: "LivePlot", labels: list[str]):
+        self.plot, self.labels, self.current = plot, labels, None
+
+    def on_fit_start(self, model, task) -> None:
+        k = len([label for label in self.labels if label in self.plot.runs])
+        if k >= len(self.labels):
+            raise ValueError(f"labels: {len(self.labels)} names given, but fit number {k + 1} started")
+        self.current = self.labels[k]
+        self.plot._start(self.current)
+
+    def __call__(self, history, record: dict) -> None:
+        self.plot._add(self.current if self.current is not None else self.labels[0], record)
+
+    def on_fit_end(self, history) -> None:
+        self.plot.close()
+
+
 class LivePlot:
     """Training callback drawing learning curves live (see the module docstring).
 
@@ -148,6 +168,13 @@ class LivePlot:
         if not isinstance(label, str) or not label:
             raise ValueError(f"label: expected a non-empty string, got {label!r}")
         return _Run(self, label)
+
+    def named(self, labels: Sequence[str]) -> _NamedRuns:
+        """One callback for an experiment that fits several models in turn: the k-th fit is drawn as ``labels[k]``."""
+        labels = list(labels)
+        if not labels or not all(isinstance(x, str) and x for x in labels) or len(set(labels)) != len(labels):
+            raise ValueError(f"labels: expected distinct non-empty strings, got {labels!r}")
+        return _NamedRuns(self, labels)
 
     # -- state
     def _start(self, label: str) -> None:
