@@ -31,6 +31,10 @@ def test_copying_pair_and_ablation_share_the_base_run():
     assert abl["groups"]["pre-norm"]["exact (proposed)"] is abl["groups"]["activation"]["exp (proposed)"]
     fig = rviz.ablation_figure(abl)
     assert len(fig.data) == 6          # 3 + 3 variants, test curves
+    colours = [t.line.color for t in fig.data]
+    assert colours[0] == colours[3]                  # the proposed variant: one colour in both panels
+    assert len(set(colours)) == 5                    # every other variant a colour of its own
+    assert fig.data[1].name == "pre-norm: approx"
     with pytest.raises(ValueError, match="groups"):
         R.copying_ablation(groups=["dropout"], **TINY)
     with pytest.raises(TypeError, match="unexpected keyword"):

@@ -25,16 +25,25 @@ def pair_matrix(pairs, *, title: str | None = None, height: int | None = 380) ->
 
 def ablation_figure(result: dict, *, metric: str = "accuracy", split: str = "test", title: str | None = None) -> go.Figure:
     """``result`` from ``seqlab.experiments.run("relation-copying-ablation")``: one panel per group,
-    ``metric`` on ``split`` against the training step, one colour per variant."""
+    ``metric`` on ``split`` against the training step. The first variant of each group (the proposed one) has
+    the same colour in every panel; every other variant has a colour of its own."""
     groups = result["groups"]
     names = list(groups)
     fig = new_figure(1, len(names), subplot_titles=names, title=title, height=440, horizontal_spacing=0.05)
+    next_colour = 1
     for g_i, group in enumerate(names):
         runs = runs_of(dict(groups[group]))
-        for _, trace in learning_curve_traces(runs, [metric], [split]):
+        for v_i, (_, trace) in enumerate(learning_curve_traces(runs, [metric], [split])):
+            # the first variant of every group is the proposed configuration: one colour for it in every panel,
+            # and a colour of its own for every other variant of the figure, so a colour never means two things
+            c = color(0) if v_i == 0 else color(next_colour)
+            next_colour += v_i > 0
+            trace.line.color = c
+            if trace.marker is not None:
+                trace.marker.color = c
             trace.showlegend = True
             trace.legendgroup = f"{group}/{trace.legendgroup}"
-            trace.name = trace.name.replace(f" ({split})", "")
+            trace.name = f"{group}: " + trace.name.replace(f" ({split})", "")
             fig.add_trace(trace, row=1, col=g_i + 1)
         fig.update_xaxes(title_text="step", row=1, col=g_i + 1)
         fig.update_yaxes(range=[0, 1.02], row=1, col=g_i + 1)
