@@ -7,11 +7,13 @@
     python workbench.py execute notebooks/02_linear_recurrence.ipynb   # re-run a lesson, save its outputs
     python workbench.py book    # the lessons as a static site in build/book/ (open build/book/index.html)
     python workbench.py gpu-check   # on a CUDA machine: kernels, lessons, GPU benchmarks, configs/ timed
+    python workbench.py lock    # refresh requirements.lock from pyproject.toml (then re-execute the lessons)
 
-Both create or reuse one local virtual environment, ``.venv`` beside this file, and install into it
+Each creates or reuses one local virtual environment, ``.venv`` beside this file, and installs into it
 ``torch==2.13.0`` (the pin: a CPU wheel on a machine without CUDA, the usual CUDA build on a CUDA
-machine) and then this package, editable, with its ``dev`` extra. The install is redone only when
-``pyproject.toml`` changes. Works with the standard library alone, on Linux, macOS and Windows.
+machine), then ``requirements.lock`` (every other package, exact versions and hashes) and then this
+package, editable, without dependencies. The install is redone when ``pyproject.toml`` or the lock
+changes. Works with the standard library alone, on Linux, macOS and Windows.
 Extra arguments are passed on: ``python workbench.py test tests/test_scan.py -x``,
 ``python workbench.py lab --port 8899``.
 """
@@ -30,16 +32,22 @@ VENV = ROOT / ".venv"
 STAMP = VENV / ".seqlab-installed"
 TORCH_PIN = "torch==2.13.0"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+LOCK = ROOT / "requirements.lock"
 
+
+def left_out_of_the_lock(name: str) -> bool:
+    """torch (installed first, from TORCH_PIN: a CPU or a CUDA build by machine) and what only its CUDA build
+    pulls in. Its other dependencies (sympy, networkx, ...) and Triton are locked."""
+    return name == "torch" or name.startswith(("nvidia-", "cuda-"))
+
+
+# How nbval validates the lessons, in every run that collects them (the full run and a narrow one).
+NBVAL_ARGS = ["--nbval-current-env", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg",
+              "--nbval-cell-timeout", "900"]
 # The command `test` runs, inside the environment. Notebooks run in the quick profile; nbval
 # compares their committed outputs; --dist loadscope keeps each notebook on one worker.
-PYTEST_ARGS = [
-    "-n", "2", "--dist", "loadscope",
-    "--nbval", "--nbval-current-env", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg",
-    "--nbval-cell-timeout", "900",
-    "-p", "no:cacheprovider", "-ra",
-    "tests", "notebooks",
-]
+PYTEST_ARGS = ["-n", "2", "--dist", "loadscope", "--nbval", *NBVAL_ARGS, "-p", "no:cacheprovider", "-ra",
+               "tests", "notebooks"]
 
 # JupyterLab settings for this environment: no news/update toast (it hides cells and asks the network).
 LAB_OVERRIDES = {
@@ -53,9 +61,10 @@ def venv_python() -> Path:
     return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
-def wanted_stamp(dev: bool) -> str:
-    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    return f"{digest} {TORCH_PIN} python{sys.version_info.major}.{sys.version_info.minor}" + (" dev" if dev else "")
+def wanted_stamp() -> str:
+    """What the installed environment was made from: a change to either file reinstalls."""
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + LOCK.read_bytes()).hexdigest()
+    return f"{digest} {TORCH_PIN} python{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def run(cmd: list, **kwargs) -> None:
@@ -108,28 +117,52 @@ def install_torch(py: Path, log: Path) -> None:
         sys.exit(f"installing {TORCH_PIN} failed; the end of pip's output ({log}):\n{tail}")
 
 
-def ensure_environment(dev: bool = True) -> Path:
-    """Create ``.venv`` if missing and (re)install when pyproject.toml changed since the last install:
-    torch, then seqlab with what the lessons need (``dev``: and what the tests need)."""
+def ensure_environment() -> Path:
+    """Create ``.venv`` if missing and (re)install when pyproject.toml or the lock changed since the last
+    install: torch, then the lock (exact versions, hashes checked; a new lock moves every package to its
+    version), then seqlab itself without dependencies (a hashed install cannot take ``-e .`` in the same
+    call)."""
     check_platform()
     py = venv_python()
     if not py.exists():
         print(f"Creating the virtual environment {VENV} ...", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
     done = STAMP.read_text() if STAMP.exists() else ""
-    if done in (wanted_stamp(dev), wanted_stamp(True)):     # what is there already covers what is asked
+    if done == wanted_stamp():
         return py
-    print("Installing seqlab and its dependencies into .venv (once; redone when pyproject.toml changes; "
-          "a few hundred MB to download with the CPU build of torch, about 3 GB on disk) ...", flush=True)
+    print("Installing seqlab and its locked dependencies into .venv (once; redone when pyproject.toml or "
+          "requirements.lock changes; a few hundred MB to download with the CPU build of torch, about 3 GB on "
+          "disk) ...", flush=True)
     log = VENV / "install.log"
     install_torch(py, log)
-    if not pip_install(py, ["-e", f"{ROOT}[dev]" if dev else str(ROOT)], log,
-                       "seqlab and its dependencies" + (" (with the test tools)" if dev else "")):
-        tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
-        sys.exit(f"installing seqlab failed; the end of pip's output ({log}):\n{tail}")
+    for args, what in ((["--require-hashes", "-r", str(LOCK)], "the locked packages (requirements.lock)"),
+                       (["--no-deps", "-e", str(ROOT)], "seqlab itself")):
+        if not pip_install(py, args, log, what):
+            tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
+            sys.exit(f"installing {what} failed; the end of pip's output ({log}):\n{tail}")
     write_lab_overrides(py)
-    STAMP.write_text(wanted_stamp(dev))
+    STAMP.write_text(wanted_stamp())
     return py
+
+
+def lock(args: list[str]) -> int:
+    """Refresh ``requirements.lock`` from pyproject.toml (its dependencies and the ``dev`` extra) with uv's
+    universal resolver: one file for Linux, macOS and Windows, each platform's packages under their markers,
+    exact versions and hashes, for Python 3.11. torch and its CUDA libraries stay out (left_out_of_the_lock); Triton
+    lands at the version torch 2.13's CUDA build requires. Re-execute the lessons after a refresh. Extra
+    arguments go to ``uv pip compile`` (``--upgrade-package plotly``)."""
+    py = ensure_environment()
+    compile_ = [str(py), "-m", "uv", "pip", "compile", "pyproject.toml", "--extra", "dev", "--universal",
+                "--python-version", "3.11", "--quiet", *args]
+    resolved = subprocess.run([*compile_, "--no-header", "--no-annotate"], cwd=ROOT, check=True,
+                              capture_output=True, text=True).stdout
+    names = {line.split("==")[0] for line in resolved.splitlines() if "==" in line and not line.startswith(" ")}
+    dropped = sorted(filter(left_out_of_the_lock, names))
+    run([*compile_, "--generate-hashes", *(f"--no-emit-package={n}" for n in dropped),
+         "--custom-compile-command", "python3 workbench.py lock", "-o", LOCK.name], cwd=ROOT)
+    print(f"{LOCK.name} written ({len(names) - len(dropped)} packages; left out: {', '.join(dropped)}). "
+          "Re-execute the lessons: python3 workbench.py execute notebooks/*.ipynb")
+    return 0
 
 
 def write_lab_overrides(py: Path) -> None:
@@ -210,7 +243,7 @@ def lab(args: list[str]) -> int:
     """JupyterLab on ``my_notebooks/``, the learner's git-ignored copy of the lessons (``notebooks/`` stays
     as committed: autosave, outputs and edits land in the copy). ``--reset NN`` restores one lesson."""
     reset, args = _split_reset(args)
-    py = ensure_environment(dev=False)
+    py = ensure_environment()
     write_lab_overrides(py)
     written: list[Path] = []
     for note in sync_working_copy(reset, written):
@@ -243,9 +276,10 @@ def test(args: list[str]) -> int:
     py = ensure_environment()
     env = test_environment()
     cmd = [py, "-m", "pytest", *(args or PYTEST_ARGS)]
-    if args:  # a narrower run still validates notebooks the same way
-        cmd = [py, "-m", "pytest", "--nbval-current-env", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg",
-               "-p", "no:cacheprovider", *args]
+    if args:  # a narrower run still validates notebooks the same way (a lesson named is collected by nbval)
+        collect = [] if {"--nbval", "--nbval-lax"} & set(args) or not any(
+            a.rstrip("/").endswith((".ipynb", "notebooks")) for a in args) else ["--nbval"]
+        cmd = [py, "-m", "pytest", *collect, *NBVAL_ARGS, "-p", "no:cacheprovider", *args]
     print("+", " ".join(map(str, cmd)), flush=True)
     return subprocess.call([str(c) for c in cmd], cwd=ROOT, env=env)
 
@@ -280,7 +314,7 @@ def set_kernel_name(path: Path) -> None:
 
 def book(args: list[str]) -> int:
     """The lessons as a static site in ``build/book/`` (``seqlab.book``): read them without installing."""
-    py = ensure_environment(dev=True)     # MathJax for the pages comes with the dev extra
+    py = ensure_environment()     # MathJax for the pages comes with the dev extra
     return subprocess.call([str(py), "-m", "seqlab.book", *args], cwd=ROOT)
 
 
@@ -324,7 +358,7 @@ def gpu_check(args: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    commands = {"lab": lab, "test": test, "execute": execute, "book": book, "gpu-check": gpu_check}
+    commands = {"lab": lab, "test": test, "execute": execute, "book": book, "gpu-check": gpu_check, "lock": lock}
     if not argv or argv[0] not in commands:
         print(__doc__)
         return 2

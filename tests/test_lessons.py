@@ -1,8 +1,12 @@
 """What every lesson file must be before anyone runs it: opened in JupyterLab it is not marked modified
 (its kernel name is the one JupyterLab writes), it links the papers it follows, every figure also carries a
-static PNG (for nbconvert and GitHub), and it stays small."""
+static PNG (for nbconvert and GitHub), it stays small, and what nbval compares holds on any machine."""
 import base64
 import json
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,3 +36,60 @@ def test_lesson_file(path):
 
 def test_there_are_eight_lessons():
     assert [p.name[:2] for p in LESSONS] == ["00", "01", "02", "03", "04", "05", "06", "07"]
+
+
+# A rounding-level value as a lesson would print it: 1e-13 and below in any format, a float32-sized error printed to
+# one digit (f"{err:.1e}", 1e-6 down), and a zero in exponent form; a bound (``below 1e-14``) is what it should be.
+ROUNDING_LEVEL = re.compile(r"(?<![\w.^])(?<!below )"
+                            r"(\d(\.\d+)?e-(1[3-9]|[2-9]\d|\d{3})|\d\.\de-(0[6-9]|1[0-2])|0(\.0+)?e[+-]00)\b")
+
+
+def compared_text(cell: dict) -> str:
+    """The text nbval compares for a code cell: its streams and text/plain results, unless the cell is ignored."""
+    src = "".join(cell["source"])
+    if cell["cell_type"] != "code" or "NBVAL_IGNORE_OUTPUT" in src or "NBVAL_SKIP" in src:
+        return ""
+    return "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+                   for o in cell.get("outputs", []))
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_no_compared_output_prints_a_rounding_level_value(path):
+    """Its last digits differ from machine to machine: a compared cell prints the bound (seqlab.ops.below)."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    found = [f"cell {i}: {m.group(0)!r} in {compared_text(c).strip()[:120]!r}" for i, c in enumerate(nb["cells"])
+             for m in [ROUNDING_LEVEL.search(compared_text(c))] if m]
+    assert not found, "print a bound (ops.below(err, 1e-12)) or mark the cell # NBVAL_IGNORE_OUTPUT:\n" + \
+        "\n".join(found)
+
+
+def test_rounding_level_pattern():
+    for printed in ("relative error 2.7e-16", "1.2e-19", "0.0e+00", "float32 error 1.8e-07", "s = 4.5e-14"):
+        assert ROUNDING_LEVEL.search(printed), printed
+    for printed in ("below 1e-12", "below 1e-14", "|h_1000| = 4.361e-05", "|A - 1| = 9.9e-05", "10^-23.7",
+                    "2.0e+02", "1.000e+00", "step 1e-3"):
+        assert not ROUNDING_LEVEL.search(printed), printed
+
+
+def _notebook(cells: list[tuple[str, list]]) -> dict:
+    return {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+            "cells": [{"cell_type": "code", "execution_count": i + 1, "id": f"c{i}", "metadata": {},
+                       "source": src, "outputs": outs} for i, (src, outs) in enumerate(cells)]}
+
+
+def test_nbval_leaves_plotly_figures_out_and_still_compares_text(tmp_path):
+    """notebooks/conftest.py: a figure whose numbers moved passes; a printed line that moved still fails."""
+    shutil.copy(LESSONS[0].parent / "conftest.py", tmp_path / "conftest.py")
+    mime = "application/vnd.plotly.v1+json"
+    figure = ("from IPython.display import display\n"
+              f"display({{'{mime}': {{'data': [{{'y': [1.0000001]}}]}}, 'text/plain': 'fig'}}, raw=True)")
+    committed_figure = {"output_type": "display_data", "metadata": {},
+                        "data": {mime: {"data": [{"y": [1.0]}]}, "text/plain": "fig"}}
+    printed = {"output_type": "stream", "name": "stdout", "text": "2.0\n"}
+    (tmp_path / "lesson.ipynb").write_text(json.dumps(_notebook([(figure, [committed_figure]),
+                                                                  ("print(2.5)", [printed])])))
+    done = subprocess.run([sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "-p", "no:cacheprovider",
+                           "-p", "no:xdist", "-q", "lesson.ipynb"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert re.search(r"1 failed, 1 passed", done.stdout), done.stdout[-3000:]
+    assert "Cell 1" in done.stdout and "2.5" in done.stdout

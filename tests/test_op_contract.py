@@ -142,3 +142,14 @@ def test_old_mode_name_compiled_warns_and_runs_numba(op):
     with pytest.warns(DeprecationWarning, match="mode='compiled' is deprecated; use mode='numba'"):
         old = call("compiled", **inputs)
     assert torch.equal(old, call("numba", **inputs))
+
+
+def test_below_prints_the_bound_never_the_digits_and_refuses_a_value_above_it():
+    from seqlab.ops import below
+
+    assert below(2.7e-16, 1e-12) == below(0.0, 1e-12) == "below 1e-12"     # the same text on every machine
+    assert below(1.8e-07, 1e-5) == "below 1e-05"
+    with pytest.raises(AssertionError, match="is not below 1e-12"):
+        below(3e-12, 1e-12)
+    with pytest.raises(AssertionError, match="nan"):
+        below(float("nan"), 1e-12)

@@ -22,17 +22,17 @@ def _jobs():
     for d in HEAD_SIZES:
         BK, BV, DOT = gl.gateloop_blocks(d, d)
         for phase in (False, True):      # real positive transitions skip the phasors
-            configs += [("seqlab.ops.gateloop.triton", k, dict(C=gl.CHUNK, BK=BK, BV=BV, DOT=DOT, PHASE=phase))
-                        for k in gl.KERNELS]
+            configs += [("seqlab.ops.gateloop.triton", k, dict(C=gl.CHUNK, BK=BK, BV=BV, DOT=DOT, PHASE=phase),
+                         gl.gateloop_warps(k, DOT)) for k in gl.KERNELS]
         # the scan's widest branch: complex a and x, an initial state
         configs += [("seqlab.ops.scan.triton", k, dict(BLOCK_D=scan.block_d(d), COMPLEX_A=True, COMPLEX_X=True,
-                                                         HAS_H0=True, REVERSE=False, STATE_FP64=False))
+                                                         HAS_H0=True, REVERSE=False, STATE_FP64=False), 4)
                     for k in ("linear_scan_fwd_kernel", "linear_scan_bwd_kernel")]
-        configs += [("seqlab.ops.relation.triton", k, dict(BLOCK_H=rel.block_h(d), STATE_FP64=False))
+        configs += [("seqlab.ops.relation.triton", k, dict(BLOCK_H=rel.block_h(d), STATE_FP64=False), 4)
                     for k in ("logcumsumexp_fwd_kernel", "logcumsumexp_bwd_kernel")]
-    unique = {(m, k, tuple(sorted(c.items()))): (m, k, c) for m, k, c in configs}.values()
-    return [dict(module=m, kernel=k, constexprs=c, capability=cap, dtype="fp32")
-            for m, k, c in unique for cap in CAPABILITIES]
+    unique = {(m, k, tuple(sorted(c.items())), w): (m, k, c, w) for m, k, c, w in configs}.values()
+    return [dict(module=m, kernel=k, constexprs=c, capability=cap, dtype="fp32", num_warps=w)
+            for m, k, c, w in unique for cap in CAPABILITIES]
 
 
 def test_every_kernel_compiles_without_spills():

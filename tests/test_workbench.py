@@ -92,3 +92,14 @@ def test_gpu_check_without_cuda_says_so_and_exits_0(wb, monkeypatch, capsys):
     monkeypatch.setattr(wb, "ensure_environment", lambda dev=True: Path(sys.executable))
     assert wb.gpu_check([]) == 0
     assert "no CUDA GPU here" in capsys.readouterr().out
+
+
+def test_the_install_is_redone_when_the_lock_changes(wb, tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[project]\n")
+    monkeypatch_lock = tmp_path / "requirements.lock"
+    monkeypatch_lock.write_text("plotly==7.1.0\n")
+    wb.LOCK = monkeypatch_lock
+    before = wb.wanted_stamp()
+    monkeypatch_lock.write_text("plotly==7.2.0\n")
+    assert wb.wanted_stamp() != before
+

@@ -64,7 +64,8 @@ for job in json.loads(sys.stdin.read()):
     with contextlib.redirect_stdout(log):       # Triton prints ptxas's -v report here (TRITON_DUMP_PTXAS_LOG)
         constexprs = {k: v for k, v in job["constexprs"].items() if k in sig}   # the ones this kernel takes
         compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs),
-                                  target=GPUTarget("cuda", job["capability"], 32))
+                                  target=GPUTarget("cuda", job["capability"], 32),
+                                  options={"num_warps": job.get("num_warps", 4)})
     text = log.getvalue()
     dots = re.findall(r"tt\.dot [^\n]*", compiled.asm["ttir"])
     regs = re.search(r"Used (\d+) registers", text)
@@ -83,7 +84,7 @@ def ptxas_usage(jobs: list[dict]) -> list[dict]:
     Triton's ``make_cubin`` with ``TRITON_DUMP_PTXAS_LOG=1``; no Triton cache, so it always runs).
 
     A job is ``{"module", "kernel", "constexprs", "capability", "dtype"}`` (``dtype``: the pointers' Triton
-    type, e.g. ``"fp32"``); arguments in capitals or named ``stride*`` are ``i32``, the rest pointers. Each
+    type, e.g. ``"fp32"``) and optionally ``"num_warps"`` (the launch's, default 4); arguments in capitals or named ``stride*`` are ``i32``, the rest pointers. Each
     result is the job plus ``registers``, ``spill_stores``, ``spill_loads`` (bytes), the ``ptxas`` text and
     ``dots``, the ``tt.dot`` operations of the kernel's Triton IR (the ones written and the ones the compiler
     made of other code).

@@ -122,3 +122,12 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     if denom == 0:
         return float(num)
     return float(num / denom)
+
+
+def below(value: float, bound: float) -> str:
+    """How a lesson prints a rounding-level error: the bound it argues from (``'below 1e-12'``), never the
+    error's last digits, which differ from machine to machine (another vector path, another BLAS). Raises
+    ``AssertionError`` naming the value when it is not below ``bound`` (NaN included)."""
+    if not float(value) < bound:
+        raise AssertionError(f"{float(value):.3e} is not below {bound:.0e}")
+    return f"below {bound:.0e}"

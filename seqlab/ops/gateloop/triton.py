@@ -60,7 +60,7 @@ try:
 except ImportError:  # pragma: no cover - Triton ships for Linux only
     triton = None
 
-__all__ = ["gateloop_triton", "gateloop_triton_log", "gateloop_blocks", "CHUNK", "KERNELS"]
+__all__ = ["gateloop_triton", "gateloop_triton_log", "gateloop_blocks", "gateloop_warps", "CHUNK", "KERNELS"]
 
 CHUNK = 16          # steps a chunk; also tl.dot's smallest side
 KERNELS = ("chunk_states_kernel", "chunk_attention_kernel", "chunk_output_kernel", "chunk_adjoint_kernel",
@@ -449,6 +449,15 @@ def gateloop_blocks(dk: int, dv: int) -> tuple[int, int, bool]:
     return min(CHUNK, np2(dk)), min(CHUNK, np2(dv)), False
 
 
+def gateloop_warps(kernel: str, dot: bool) -> int:
+    """The warps ``kernel`` launches with: 8 for the two kernels that hold the most tiles of 16 at once
+    (:func:`chunk_output_kernel`, :func:`chunk_dv_kernel`) when they multiply with ``tl.dot``, else Triton's
+    default 4. At 4 warps Triton 3.7 (the version torch 2.13 requires) compiles them for sm_90 into 96
+    registers and ``ptxas -v`` reports 4-8 bytes of spills; at 8 warps, 72-98 registers and none
+    (``tests/test_triton_spills.py`` compiles every kernel with the warps given here)."""
+    return 8 if dot and kernel in ("chunk_output_kernel", "chunk_dv_kernel") else 4
+
+
 def _real_dtype(dtype: torch.dtype) -> torch.dtype:
     """The kernels' precision: float64 for float64 / complex128 work, else float32 (never lower, never less)."""
     return torch.float64 if dtype in (torch.float64, torch.complex128) else torch.float32
@@ -488,6 +497,9 @@ class _Launch:
     def grid(self, *tiles):
         return (self.BH, *tiles)
 
+    def warps(self, kernel: str) -> int:
+        return gateloop_warps(kernel, self.DOT)
+
     def key_tiles(self):
         return triton.cdiv(self.DK, self.BK)
 
@@ -524,7 +536,7 @@ class _GateLoopTriton(torch.autograd.Function):
         A = run.attention(qp, kp)
         y = [qp[0].new_empty(BH, L, run.DV) for _ in range(2)]
         chunk_output_kernel[run.grid(run.NT, run.value_tiles())](*qp, *vp, *run.a, *hs, *A, *y, *run.sizes,
-                                                                 **run.consts)
+                                                                 **run.consts, num_warps=run.warps("chunk_output_kernel"))
         ctx.save_for_backward(*qp, *kp, *vp, *h0p, *run.a)   # la and its phasor products
         ctx.phase = run.phase
         ctx.complex_inputs = (q.is_complex(), k.is_complex(), v.is_complex(), h0.is_complex())
@@ -549,7 +561,8 @@ class _GateLoopTriton(torch.autograd.Function):
             *q, *k, *v, *run.a, *G, *hs, *dhs, *dq, *dk, *dl, *run.sizes, **run.consts)
         A = run.attention(q, k)
         dv = [torch.empty_like(v_re) for _ in range(2)]
-        chunk_dv_kernel[run.grid(run.NT, run.value_tiles())](*k, *run.a, *G, *dhs, *A, *dv, *run.sizes, **run.consts)
+        chunk_dv_kernel[run.grid(run.NT, run.value_tiles())](*k, *run.a, *G, *dhs, *A, *dv, *run.sizes, **run.consts,
+                                                             num_warps=run.warps("chunk_dv_kernel"))
         grads = [torch.complex(*pair) if is_c else pair[0]        # a real input gets the real part
                  for pair, is_c in zip((dq, dk, dv, dh0), ctx.complex_inputs)]
         # d log a = d log|a| + i d arg a: the real plane goes to log|a|, the imaginary one to the phase
