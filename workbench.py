@@ -48,6 +48,9 @@ NBVAL_ARGS = ["--nbval-current-env", "--nbval-sanitize-with", "tests/nbval_sanit
 # compares their committed outputs; --dist loadscope keeps each notebook on one worker.
 PYTEST_ARGS = ["-n", "2", "--dist", "loadscope", "--nbval", *NBVAL_ARGS, "-p", "no:cacheprovider", "-ra",
                "tests", "notebooks"]
+# Its second pass: the lessons alone, on another floating-point path (other_fp_path_environment).
+SECOND_PASS_ARGS = ["-n", "2", "--dist", "loadscope", "--nbval", *NBVAL_ARGS, "-p", "no:cacheprovider", "-ra",
+                    "notebooks"]
 
 # JupyterLab settings for this environment: no news/update toast (it hides cells and asks the network).
 LAB_OVERRIDES = {
@@ -272,16 +275,52 @@ def test_environment() -> dict:
                 OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 
+# Another machine's floating-point path, by what torch runs here: AVX512 -> AVX2, AVX2 -> scalar kernels.
+# Each holds torch's own kernels (ATen), oneDNN and MKL to it; Numba compiles for a generic CPU in both.
+OTHER_FP_PATH = {
+    "AVX512": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+    "AVX2": {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"},
+}
+FP_PATH_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "NUMBA_CPU_NAME")
+
+
+def cpu_capability(py: Path, env: dict) -> str:
+    """The vector path torch's CPU kernels take under ``env`` (``torch.backends.cpu.get_cpu_capability``)."""
+    probe = [str(py), "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"]
+    return subprocess.run(probe, capture_output=True, text=True, check=True, env=env).stdout.strip()
+
+
+def other_fp_path_environment(env: dict, capability: str) -> dict:
+    """``env`` with torch, oneDNN, MKL and Numba held to a floating-point path other than ``capability``'s
+    (the machine's own): where torch runs AVX512 kernels, AVX2; elsewhere the scalar ones."""
+    native = {k: v for k, v in env.items() if k not in FP_PATH_VARIABLES}
+    return dict(native, **OTHER_FP_PATH.get(capability, OTHER_FP_PATH["AVX2"]), NUMBA_CPU_NAME="generic")
+
+
 def test(args: list[str]) -> int:
+    """Every test and every lesson; then the lessons again as another machine runs them, on a floating-point
+    path other than this machine's, so that no compared output depends on the path. Pytest arguments
+    run that part alone, once."""
     py = ensure_environment()
     env = test_environment()
-    cmd = [py, "-m", "pytest", *(args or PYTEST_ARGS)]
     if args:  # a narrower run still validates notebooks the same way (a lesson named is collected by nbval)
         collect = [] if {"--nbval", "--nbval-lax"} & set(args) or not any(
             a.rstrip("/").endswith((".ipynb", "notebooks")) for a in args) else ["--nbval"]
         cmd = [py, "-m", "pytest", *collect, *NBVAL_ARGS, "-p", "no:cacheprovider", *args]
-    print("+", " ".join(map(str, cmd)), flush=True)
-    return subprocess.call([str(c) for c in cmd], cwd=ROOT, env=env)
+        print("+", " ".join(map(str, cmd)), flush=True)
+        return subprocess.call([str(c) for c in cmd], cwd=ROOT, env=env)
+    native = {k: v for k, v in env.items() if k not in FP_PATH_VARIABLES}
+    other = other_fp_path_environment(env, cpu_capability(py, native))
+    codes = []
+    for title, pass_env, pass_args in (("pass 1: every test and lesson", native, PYTEST_ARGS),
+                                       ("pass 2: the lessons again", other, SECOND_PASS_ARGS)):
+        held = {k: pass_env[k] for k in FP_PATH_VARIABLES if k in pass_env} or "the machine's own"
+        print(f"\n== {title}, torch CPU capability {cpu_capability(py, pass_env)} ({held})", flush=True)
+        cmd = [py, "-m", "pytest", *pass_args]
+        print("+", " ".join(map(str, cmd)), flush=True)
+        codes.append(subprocess.call([str(c) for c in cmd], cwd=ROOT, env=pass_env))
+    print(f"\n== {'both passes passed' if not any(codes) else 'FAILED: pytest exit codes ' + str(codes)}")
+    return max(codes)
 
 
 def execute(args: list[str]) -> int:

@@ -103,3 +103,21 @@ def test_the_install_is_redone_when_the_lock_changes(wb, tmp_path):
     monkeypatch_lock.write_text("plotly==7.2.0\n")
     assert wb.wanted_stamp() != before
 
+
+def test_the_second_pass_holds_another_floating_point_path(wb):
+    """AVX512 machines rerun the lessons on AVX2, AVX2 machines on the scalar kernels; Numba generic in both;
+    and torch, asked under that environment, really reports a capability other than this machine's own."""
+    import os
+    import sys
+
+    native = {k: v for k, v in os.environ.items() if k not in wb.FP_PATH_VARIABLES}
+    assert wb.other_fp_path_environment(native, "AVX512")["ATEN_CPU_CAPABILITY"] == "avx2"
+    scalar = wb.other_fp_path_environment(dict(native, ATEN_CPU_CAPABILITY="avx2"), "AVX2")
+    assert (scalar["ATEN_CPU_CAPABILITY"], scalar["ONEDNN_MAX_CPU_ISA"], scalar["MKL_ENABLE_INSTRUCTIONS"]) == \
+        ("default", "SSE41", "SSE4_2")
+    assert scalar["NUMBA_CPU_NAME"] == "generic"
+    first = wb.cpu_capability(Path(sys.executable), native)
+    if first == "DEFAULT":
+        pytest.skip("torch runs its scalar kernels here already: there is no other path to hold it to")
+    second = wb.cpu_capability(Path(sys.executable), wb.other_fp_path_environment(native, first))
+    assert first and second and second != first, (first, second)
