@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
-from seqlab import experiments
+from seqlab import experiments, models
 from seqlab.experiments import arena as A
 
 
@@ -32,9 +33,10 @@ def test_core_parameters_leave_out_embedding_positions_and_head():
     assert A.core_parameters(small) < sum(p.numel() for p in small.parameters())
 
 
-def _run(family, task, seed, lr, val, acc, width=16, seq_len=32):
+def _run(family, task, seed, lr, val, acc, width=16, seq_len=32, steps=40):
     return {"family": family, "task": task, "seed": seed, "lr": lr, "width": width, "seq_len": seq_len,
-            "validation_accuracy": val, "accuracy": acc, "d_model": 16, "params": 1, "state_size": 1, "wall_s": 1.0}
+            "validation_accuracy": val, "accuracy": acc, "d_model": 16, "params": 1, "state_size": 1, "wall_s": 1.0,
+            "steps": steps}
 
 
 def _cfg(**kw):
@@ -79,9 +81,14 @@ def test_the_quick_grid_writes_each_run_and_a_second_call_skips_them(tmp_path, m
     data = json.loads(out.read_text())
     assert len(data["runs"]) == 4 and len(result["summary"]) == 4
     for run in data["runs"]:
-        for key in ("family", "task", "seed", "d_model", "params", "state_size", "seq_len", "accuracy", "wall_s"):
+        for key in ("family", "task", "seed", "d_model", "params", "state_size", "seq_len", "accuracy", "wall_s",
+                    "initial_loss", "num_targets", "curve", "steps_to_0.9", "steps_to_0.99", "filler", "init"):
             assert key in run
         assert 0.0 <= run["accuracy"] <= 1.0 and run["state_size"] > 0
+        assert abs(run["initial_loss"] - math.log(run["num_targets"])) <= A.INITIAL_LOSS_TOLERANCE
+        assert run["num_targets"] == run["vocab_size"] and [s for s, _ in run["curve"]] == [0, 1, 2]
+        assert run["filler"] == ("random" if run["task"] == "mqar" else None)
+        assert run["init"] == models.init_rule(run["family"])
     assert {"command", "versions", "wall_s", "runs"} <= set(data)
     printed = capsys.readouterr().out
     assert "d_model=" in printed and "% of" in printed            # the matched size is printed per run
@@ -115,3 +122,75 @@ def test_the_recorded_medium_gateloop_mqar_run_reproduces():
     again = A.run_one(spec, cfg)
     assert again["d_model"] == recorded["d_model"] and again["params"] == recorded["params"]
     assert abs(again["accuracy"] - recorded["accuracy"]) <= 0.01, (again["accuracy"], recorded["accuracy"])
+
+
+def test_steps_filler_and_init_make_a_run_another_run():
+    old = _run("gateloop", "mqar", 0, 1e-3, 0.5, 0.5)          # a record from before they were recorded
+    assert A.run_key(old) == A.run_key({**old, "filler": "random", "init": models.init_rule("gateloop")})
+    for change in ({"steps": 80}, {"filler": "zoology"}, {"init": "another-rule"}):
+        assert A.run_key({**old, **change}) != A.run_key(old), change
+    cfg = _cfg()
+    assert A.in_grid(old, cfg) and not A.in_grid({**old, "steps": 80}, cfg)
+    zoology = _cfg(tasks={"mqar": {**cfg["tasks"]["mqar"], "filler": "zoology"}})
+    assert not A.in_grid(old, zoology) and A.in_grid({**old, "filler": "zoology"}, zoology)
+    assert len(A.plan(zoology, [old])[0]) == len(A.plan(zoology, [])[0])       # the random-filler run counts for nothing
+    spec = {k: old[k] for k in ("family", "task", "seed", "width", "seq_len", "lr")}
+    assert A.run_name(spec, cfg, 32) != A.run_name(spec, zoology, 32)         # nor shares its checkpoint
+
+
+def test_a_wrong_initial_scale_is_refused_before_training():
+    A.check_initial_loss(math.log(64) + 0.2, 64, "run")
+    with pytest.raises(ValueError, match=r"run: initial validation loss 5\.000 is more than 0\.3 nats from ln\(64\)"):
+        A.check_initial_loss(5.0, 64, "run")
+
+
+def test_curve_thresholds():
+    curve = [[0, 0.1], [10, 0.85], [20, 0.95], [30, 0.992]]
+    assert (A.first_step_at(curve, 0.9), A.first_step_at(curve, 0.99), A.first_step_at(curve, 0.999)) == (20, 30, None)
+
+
+def test_the_grid_workers_checkpoint_like_a_single_run(monkeypatch, tmp_path):
+    seen = []
+    monkeypatch.setattr(A, "run_one", lambda spec, cfg, checkpoint_dir=None: seen.append(checkpoint_dir) or {})
+    A._worker(({"family": "gateloop"}, {}, str(tmp_path)))
+    assert seen == [str(tmp_path)]
+
+
+def test_a_best_rate_at_an_edge_extends_the_grid_until_it_lies_inside():
+    cfg = _cfg(lrs=[1e-3, 3e-3, 1e-2], families=["gateloop"])
+    first, _ = A.plan(cfg, [])
+    assert sorted(s["lr"] for s in first) == [1e-3, 3e-3, 1e-2]
+    done = [_run("gateloop", "mqar", 0, lr, val=v, acc=0.5) for lr, v in ((1e-3, 0.2), (3e-3, 0.5), (1e-2, 0.7))]
+    assert ("gateloop", "mqar") not in A.chosen_lrs(done, cfg)            # 1e-2 is the best and the largest rate
+    first, then = A.plan(cfg, done)
+    assert [s["lr"] for s in first] == [0.03] and not then                 # one grid step further
+    done.append(_run("gateloop", "mqar", 0, 0.03, val=0.6, acc=0.5))
+    assert A.chosen_lrs(done, cfg) == {("gateloop", "mqar"): 1e-2}        # now strictly inside
+    grid = A.rate_grid(done, cfg, "gateloop", "mqar")
+    assert grid == {"rates": [1e-3, 3e-3, 1e-2, 0.03], "chosen": 1e-2, "extended": True, "at_edge": False}
+    # a rate that keeps improving stops after MAX_EXTENSIONS steps and says it is still at the edge
+    rising = [_run("gateloop", "mqar", 0, lr, val=lr, acc=0.5) for lr in (1e-3, 3e-3, 1e-2, 0.03, 0.09)]
+    assert A.rate_grid(rising, cfg, "gateloop", "mqar")["at_edge"] is True
+    # two rates (the old medium grid) are searched as they are, and say the choice sits at an edge
+    two = _cfg(lrs=[1e-3, 3e-3], families=["gateloop"])
+    assert A.rate_grid(done, two, "gateloop", "mqar")["at_edge"] is True
+
+
+def test_controls_run_beside_the_grid_and_a_task_whose_control_did_not_learn_is_not_ranked(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQLAB_DATA", str(tmp_path / "data"))
+    out = tmp_path / "arena.json"
+    controls = {"mqar": {"family": "transformer", "lr": 3e-3, "threshold": 0.99, "source": "Zoology"},
+                "memorization": {"family": "gateloop", "lr": 3e-3, "threshold": 0.0, "source": "a test"}}
+    kw = dict(profile="quick", families="gateloop", tasks=["mqar", "memorization"], out=str(out), steps=2,
+              widths=[16], mqar_lengths=[32], progress=False, verbose=False, controls=controls)
+    result = experiments.run("arena", **kw)
+    data = json.loads(out.read_text())
+    assert len(data["runs"]) == 2 and len(data["controls"]) == 2                    # one seed in the quick sizes
+    assert {(c["family"], c["task"], c["control"], c["threshold"]) for c in data["controls"]} == {
+        ("transformer", "mqar", True, 0.99), ("gateloop", "memorization", True, 0.0)}
+    verdicts = result["verdicts"]
+    assert verdicts["mqar"]["verdict"] == "inconclusive: the control did not learn"   # 2 steps learn nothing
+    assert verdicts["memorization"]["verdict"] == "ranked"
+    assert A.control_verdicts({"controls": []}, {**result["config"]})["mqar"]["verdict"] == "control not run yet"
+    again = experiments.run("arena", **kw)
+    assert len(again["controls"]) == 2                                              # not trained twice

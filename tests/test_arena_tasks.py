@@ -170,6 +170,20 @@ def test_mqar_labels_follow_the_layout_and_gaps_follow_the_power_law():
     assert np.bincount(g, minlength=space)[-(space // 4):].sum() > 0        # a = 1: late gaps do occur
 
 
+def test_mqar_zoology_filler_is_token_0_and_keeps_the_layout():
+    """Zoology's runs (random_non_queries=False): every position that is neither a pair nor a query holds 0."""
+    task = tasks.mqar(vocab_size=64, seq_len=48, num_kv_pairs=4, filler="zoology", **SMALL)
+    assert task.info["filler"] == "zoology" and "token 0" in task.info["layout"]
+    check_task(task, lambda ids, split: mqar_expected(ids, task.info))
+    for ids, labels in rows(task, "train"):
+        rest = [tok for t, (tok, lab) in enumerate(zip(ids, labels)) if t >= 8 and lab == IGNORE]
+        assert rest and set(rest) == {0}
+    random = tasks.mqar(vocab_size=64, seq_len=48, num_kv_pairs=4, **SMALL)
+    assert random.info["filler"] == "random" and len({tok for ids, _ in rows(random, "train") for tok in ids[8:]}) > 10
+    with pytest.raises(ValueError, match="filler: expected one of"):
+        tasks.mqar(filler="zeros")
+
+
 def test_mqar_published_sizes():
     for L, D in ((64, 4), (256, 64), (1024, 256)):
         task = tasks.mqar(vocab_size=8192, seq_len=L, num_kv_pairs=D, train_size=4, test_size=4, validation_size=4)

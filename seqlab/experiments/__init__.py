@@ -18,7 +18,7 @@ import importlib
 from typing import Callable
 
 _EXPERIMENTS: dict[str, Callable] = {}
-_MODULES = ("relation", "lrnn", "lightnet", "gateloop", "arena")
+_MODULES = ("relation", "lrnn", "lightnet", "gateloop", "arena", "init_scale")
 
 # Experiments that take no profile: what they measure is set by their arguments alone.
 WITHOUT_CONFIG = {

@@ -14,7 +14,9 @@ The grid (:func:`plan`):
 
 1. every task at the base width ``base_width``: seed 0 at each learning rate of ``lrs``; the rate with the best
    *validation* accuracy is kept (:func:`chosen_lrs`) and seeds ``1 .. seeds-1`` run at it; accuracy is read on
-   the *test* split;
+   the *test* split. A grid of three rates or more is extended one step beyond an edge while the best rate sits
+   there (:func:`search_rates`), so the chosen rate lies strictly inside what was searched; the summary says
+   which grid each cell searched and whether its choice is still at an edge (:func:`rate_grid`);
 2. the width sweep: MQAR at every reference width of ``widths`` (each family at its chosen MQAR rate), so that
    accuracy can be drawn against **state size** (floats per sequence after ``seq_len`` tokens, from the decoding
    protocol's ``model.state_size``);
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import functools
 import json
-import os
+import math
 import platform
 import sys
 import time
@@ -40,8 +42,8 @@ from seqlab import config
 from seqlab.experiments import experiment
 from seqlab.experiments._common import Sizes, checkpointing, profile_sizes
 
-__all__ = ["FAMILIES", "TASKS", "SIZES", "arena", "core_parameters", "matched_width", "plan", "chosen_lrs",
-           "summarize", "load", "default_out", "run_one", "RESULTS_DIR"]
+__all__ = ["FAMILIES", "TASKS", "SIZES", "arena", "core_parameters", "matched_width", "plan", "chosen_lrs", "in_grid",
+           "run_key", "first_step_at", "search_rates", "rate_grid", "control_specs", "control_verdicts", "summarize", "load", "default_out", "run_one", "RESULTS_DIR"]
 
 FAMILIES = ("transformer", "linear-transformer", "causalrn", "linear-causalrn", "lrnn", "lightnet", "gateloop")
 TASKS = ("mqar", "in_context_recall", "fuzzy_in_context_recall", "noisy_in_context_recall", "selective_copying",
@@ -66,7 +68,7 @@ SIZES = Sizes("arena", dict(
            "selective_copying": {"seq_len": 32, "num_tokens_to_copy": 4},
            "memorization": {},
            "copying": {"min_len": 6, "max_len": 6},
-           "memory_horizon": {"seq_len": 32}}))
+           "memory_horizon": {"seq_len": 32}}), optional=("controls", "eval_every"))
 
 
 # ----------------------------------------------------------------------------------------------- matched size
@@ -131,12 +133,86 @@ def make_task(name: str, args: dict, seed: int, cfg: dict):
     return tasks.get(name, **kw)
 
 
+INITIAL_LOSS_TOLERANCE = 0.3     # nats: a run must start within this of ln(num_targets), the loss of a uniform guess
+THRESHOLDS = (0.9, 0.99)         # the accuracies whose first step a run records (steps_to_0.9, steps_to_0.99)
+
+
+def filler_of(task: str, args: dict) -> str | None:
+    """MQAR's filler (``"random"`` unless the task's arguments say ``"zoology"``); None for the other tasks."""
+    return args.get("filler", "random") if task == "mqar" else None
+
+
 def run_key(run: dict) -> tuple:
-    return (run["family"], run["task"], run["seed"], run["width"], run["seq_len"], float(run["lr"]))
+    """What makes two runs the same run: a finished one is never trained again, and no two share a checkpoint.
+    Records written before steps, filler and init were part of it read as what they were then (their steps are
+    recorded; the random filler; the family's rule of that time, which :data:`seqlab.models.registry.INIT_RULES`
+    still names)."""
+    from seqlab.models import init_rule
+
+    filler = run.get("filler", "random" if run["task"] == "mqar" else None)
+    return (run["family"], run["task"], run["seed"], run["width"], run["seq_len"], float(run["lr"]),
+            int(run["steps"]), filler, run.get("init") or init_rule(run["family"]))
+
+
+def spec_key(spec: dict, cfg: dict) -> tuple:
+    """:func:`run_key` of the run ``spec`` asks for, under the grid's settings ``cfg``."""
+    length = spec["seq_len"] if spec["seq_len"] is not None else _default_length(cfg, spec["task"])
+    return run_key({**spec, "seq_len": length, "steps": cfg["steps"], "init": init_of(spec),
+                    "filler": filler_of(spec["task"], cfg["tasks"][spec["task"]])})
+
+
+def first_step_at(curve: list, threshold: float) -> int | None:
+    """The first step of ``curve`` (``[[step, accuracy], ...]``) whose accuracy reaches ``threshold``; None if none."""
+    return next((step for step, acc in curve if acc >= threshold), None)
+
+
+def check_initial_loss(loss: float, num_targets: int, run: str) -> None:
+    """A model must start near the loss of a uniform guess, ``ln(num_targets)``: a wrong initial scale (logits
+    far from zero) shows here, before any step is spent on it."""
+    uniform = math.log(num_targets)
+    if not abs(loss - uniform) <= INITIAL_LOSS_TOLERANCE:
+        raise ValueError(f"{run}: initial validation loss {loss:.3f} is more than {INITIAL_LOSS_TOLERANCE} nats from "
+                         f"ln({num_targets}) = {uniform:.3f}, the loss of a uniform guess: the initialisation's scale "
+                         "is wrong for this width")
+
+
+def run_name(spec: dict, cfg: dict, seq_len: int) -> str:
+    """The run's name, its progress bar's label and its checkpoint file's stem: every field of :func:`run_key`."""
+    filler = filler_of(spec["task"], cfg["tasks"][spec["task"]])
+    return (f"{spec['family']}-{spec['task']}-w{spec['width']}-L{seq_len}-lr{spec['lr']:g}-seed{spec['seed']}"
+            f"-steps{cfg['steps']}" + (f"-{filler}" if filler else "") + f"-init-{init_of(spec)}")
+
+
+def build_model(spec: dict, task, d_model: int, cfg: dict):
+    """The run's model, seeded by its seed; a spec naming an init variant has its weights drawn again by it."""
+    from seqlab import models
+    from seqlab.models.init import VARIANTS, redraw
+
+    config.seed_everything(spec["seed"])
+    model = models.build(spec["family"], vocab_size=task.vocab_size, seq_len=task.seq_len,
+                         **family_config(spec["family"], d_model, cfg["n_layers"]))
+    init = init_of(spec)
+    if init != models.init_rule(spec["family"]):
+        if init not in VARIANTS:
+            raise ValueError(f"init: {init!r} is neither {spec['family']}'s rule nor a variant of {list(VARIANTS)}")
+        redraw(model, **VARIANTS[init])
+    return model
+
+
+def init_of(spec: dict) -> str:
+    """The init rule a spec asks for: a variant of :data:`seqlab.models.init.VARIANTS` (``"as-built"``: the
+    family's own), else the family's own rule's name (:data:`seqlab.models.registry.INIT_RULES`)."""
+    from seqlab.models import init_rule
+
+    init = spec.get("init")
+    return init_rule(spec["family"]) if init in (None, "as-built") else init
 
 
 def run_one(spec: dict, cfg: dict, *, progress: bool = False, checkpoint_dir=None) -> dict:
-    """Train one run of the grid (``spec``: family, task, seed, width, seq_len, lr) and return its record."""
+    """Train one run of the grid (``spec``: family, task, seed, width, seq_len, lr, and optionally ``init``, a variant
+    of :data:`seqlab.models.init.VARIANTS`) and return its record: the
+    test accuracy, the loss before the first step (``initial_loss``, checked against ``ln(num_targets)``) and the
+    learning curve (validation accuracy every ``eval_every`` steps, with ``steps_to_0.9`` and ``steps_to_0.99``)."""
     from seqlab import models, train
 
     start = time.perf_counter()
@@ -144,24 +220,66 @@ def run_one(spec: dict, cfg: dict, *, progress: bool = False, checkpoint_dir=Non
     args = dict(cfg["tasks"][name])
     if spec["seq_len"] is not None:
         args["seq_len"] = spec["seq_len"]
+    eval_every = cfg.get("eval_every") or max(1, cfg["steps"] // 20)
     with config.one_math_thread():
         task = make_task(name, args, seed, cfg)
         target = target_parameters(cfg["reference"], spec["width"], cfg["n_layers"])
         d_model, params = matched_width(family, target, cfg["n_layers"])
-        config.seed_everything(seed)
-        model = models.build(family, vocab_size=task.vocab_size, seq_len=task.seq_len,
-                             **family_config(family, d_model, cfg["n_layers"]))
-        run = f"{family}-{name}-w{spec['width']}-L{task.seq_len}-lr{spec['lr']:g}-seed{seed}"
+        model = build_model(spec, task, d_model, cfg)
+        run = run_name(spec, cfg, task.seq_len)
+        num_targets = task.num_classes or task.vocab_size
+        initial = train.evaluate(model, task, "validation")
+        check_initial_loss(float(initial["loss"]), num_targets, run)
         history = train.fit(model, task, steps=cfg["steps"], batch_size=cfg["batch_size"], lr=spec["lr"], seed=seed,
-                            eval_split="validation", progress=progress, desc=run, threads=cfg.get("threads"),
-                            **checkpointing(checkpoint_dir, run, cfg["steps"]))
+                            eval_split="validation", eval_every=eval_every, progress=progress, desc=run,
+                            threads=cfg.get("threads"), **checkpointing(checkpoint_dir, run, cfg["steps"]))
         test = train.evaluate(model, task, "test")
+    curve = [[0, round(float(initial["accuracy"]), 6)]] + [[r["step"], round(float(r["accuracy"]), 6)]
+                                                          for r in history.split("validation")]
     return {"family": family, "task": name, "seed": seed, "d_model": d_model, "params": params,
             "state_size": int(model.state_size(task.seq_len)), "seq_len": task.seq_len,
             "accuracy": round(float(test["accuracy"]), 6), "wall_s": round(time.perf_counter() - start, 2),
             "width": spec["width"], "target_params": target, "varied": "d_model", "lr": spec["lr"],
             "validation_accuracy": round(float(history.final["accuracy"]), 6),
-            "test_loss": round(float(test["loss"]), 6), "steps": cfg["steps"], "vocab_size": task.vocab_size}
+            "test_loss": round(float(test["loss"]), 6), "steps": cfg["steps"], "vocab_size": task.vocab_size,
+            "num_targets": num_targets, "initial_loss": round(float(initial["loss"]), 6), "eval_every": eval_every,
+            "curve": curve, **{f"steps_to_{t}": first_step_at(curve, t) for t in THRESHOLDS},
+            "filler": filler_of(name, args), "init": init_of(spec)}
+
+
+def control_specs(cfg: dict, task: str) -> list[dict]:
+    """The positive control of ``task`` (the profile's ``controls``: a configuration known to solve it, with the
+    threshold it must reach): one run per seed at the grid's budget, base width and length."""
+    control = cfg.get("controls", {}).get(task)
+    if not control:
+        return []
+    return [{"family": control["family"], "task": task, "seed": seed, "width": cfg["base_width"],
+             "seq_len": _base_length(cfg, task), "lr": float(control["lr"]), "init": control.get("init")}
+            for seed in range(cfg["seeds"])]
+
+
+def control_verdicts(data: dict, cfg: dict) -> dict:
+    """``{task: {"verdict", "family", "threshold", "accuracy"}}``: ``"ranked"`` when every seed of the task's
+    positive control reached its threshold (test accuracy), ``"inconclusive: the control did not learn"`` when one
+    missed it (the families are then not ranked on that task), ``"no control"`` when the profile has none, and
+    ``"control not run yet"`` before its runs are in the file."""
+    out = {}
+    for task in cfg["tasks"]:
+        control = cfg.get("controls", {}).get(task)
+        if not control:
+            out[task] = {"verdict": "no control"}
+            continue
+        keys = {spec_key(s, cfg) for s in control_specs(cfg, task)}
+        acc = [r["accuracy"] for r in data.get("controls", []) if run_key(r) in keys]
+        if len(acc) < len(keys):
+            verdict = "control not run yet"
+        elif min(acc) >= control["threshold"]:
+            verdict = "ranked"
+        else:
+            verdict = "inconclusive: the control did not learn"
+        out[task] = {"verdict": verdict, "family": control["family"], "threshold": control["threshold"],
+                     "accuracy": acc}
+    return out
 
 
 def describe_run(run: dict) -> str:
@@ -180,18 +298,76 @@ def _base_length(cfg: dict, task: str):
     return None if task != "mqar" else cfg["tasks"]["mqar"].get("seq_len")
 
 
+MAX_EXTENSIONS = 2     # rates a search may add beyond each edge of the profile's grid
+
+
+def _best(by_lr: dict, rates: list[float]) -> float:
+    """The rate of ``rates`` with the best validation accuracy (ties: the smaller rate)."""
+    return max(sorted(rates), key=lambda lr: by_lr[lr])
+
+
+def search_rates(by_lr: dict, cfg: dict) -> list[float]:
+    """The rates one cell's search needs, given the seed-0 validation accuracies ``by_lr`` it has so far: the
+    profile's ``lrs``, and while the best of them sits at an edge, the next rate beyond it (one grid step further,
+    at most :data:`MAX_EXTENSIONS` a side), so that the chosen rate lies strictly inside what was searched. A
+    grid of fewer than three rates (the quick profile's) is searched as it is."""
+    rates = sorted(float(lr) for lr in cfg["lrs"])
+    if len(rates) < 3:
+        return rates
+    step = rates[1] / rates[0]
+    added = {"low": 0, "high": 0}
+    while all(lr in by_lr for lr in rates):
+        best = _best(by_lr, rates)
+        if best == rates[0] and added["low"] < MAX_EXTENSIONS:
+            rates.insert(0, float(f"{rates[0] / step:.3g}"))
+            added["low"] += 1
+        elif best == rates[-1] and added["high"] < MAX_EXTENSIONS:
+            rates.append(float(f"{rates[-1] * step:.3g}"))
+            added["high"] += 1
+        else:
+            break
+    return rates
+
+
+def _search(runs: list[dict], cfg: dict, family: str, task: str) -> dict:
+    """``{lr: validation accuracy}`` of the cell's seed-0 runs at the base width and length."""
+    return {float(r["lr"]): r["validation_accuracy"] for r in runs
+            if r["family"] == family and r["task"] == task and r["seed"] == 0 and r["width"] == cfg["base_width"]
+            and _is_base_length(r, cfg) and in_grid(r, cfg)}
+
+
 def chosen_lrs(runs: list[dict], cfg: dict) -> dict:
-    """``{(family, task): lr}``: the rate of ``lrs`` whose seed-0 run at the base width and length has the best
-    validation accuracy (ties: the smaller rate); only cells whose every seed-0 rate has run."""
+    """``{(family, task): lr}``: the searched rate (:func:`search_rates`) whose seed-0 run at the base width and
+    length has the best validation accuracy (ties: the smaller rate); only cells whose search has finished."""
     out = {}
     for family in cfg["families"]:
         for task in cfg["tasks"]:
-            cands = [r for r in runs if r["family"] == family and r["task"] == task and r["seed"] == 0
-                     and r["width"] == cfg["base_width"] and _is_base_length(r, cfg)]
-            by_lr = {float(r["lr"]): r["validation_accuracy"] for r in cands}
-            if all(float(lr) in by_lr for lr in cfg["lrs"]):
-                out[(family, task)] = max(sorted(by_lr), key=lambda lr: by_lr[lr])
+            by_lr = _search(runs, cfg, family, task)
+            rates = search_rates(by_lr, cfg)
+            if all(lr in by_lr for lr in rates):
+                out[(family, task)] = _best(by_lr, rates)
     return out
+
+
+def rate_grid(runs: list[dict], cfg: dict, family: str, task: str) -> dict:
+    """What the search of one cell says of itself: the rates searched, the one chosen, whether the grid was
+    extended beyond the profile's rates, and whether the choice still sits at an edge (a grid of fewer than
+    three rates, or one that reached :data:`MAX_EXTENSIONS`): then the rate is not known to be the best."""
+    by_lr = _search(runs, cfg, family, task)
+    rates = search_rates(by_lr, cfg)
+    chosen = _best(by_lr, rates) if all(lr in by_lr for lr in rates) else None
+    return {"rates": rates, "chosen": chosen, "extended": len(rates) > len(cfg["lrs"]),
+            "at_edge": chosen is not None and (len(rates) < 3 or chosen in (rates[0], rates[-1]))}
+
+
+def in_grid(run: dict, cfg: dict) -> bool:
+    """The run was trained by this grid's setup: its steps, MQAR filler and the family's current init rule."""
+    from seqlab.models import init_rule
+
+    if run["task"] not in cfg["tasks"]:
+        return False
+    key = run_key(run)
+    return key[6:] == (int(cfg["steps"]), filler_of(run["task"], cfg["tasks"][run["task"]]), init_rule(run["family"]))
 
 
 def _is_base_length(run: dict, cfg: dict) -> bool:
@@ -210,11 +386,10 @@ def plan(cfg: dict, done: list[dict]) -> tuple[list[dict], list[dict]]:
         return s
 
     def missing(s):
-        length = s["seq_len"] if s["seq_len"] is not None else _default_length(cfg, s["task"])
-        return (s["family"], s["task"], s["seed"], s["width"], length, s["lr"]) not in have
+        return spec_key(s, cfg) not in have
 
     first = [spec(f, t, 0, base_w, _base_length(cfg, t), lr) for t in cfg["tasks"] for f in cfg["families"]
-             for lr in cfg["lrs"]]
+             for lr in search_rates(_search(done, cfg, f, t), cfg)]
     chosen = chosen_lrs(done, cfg)
     then = []
     for f in cfg["families"]:                           # MQAR's sweeps first: the smallest width leads
@@ -269,19 +444,31 @@ def versions() -> dict:
 
 
 def load(path) -> dict:
-    """A results file (``{"runs": [], ...}`` where there is none yet)."""
-    path = Path(path)
-    if not path.is_file():
-        return {"runs": []}
-    with path.open() as f:
-        return json.load(f)
+    """A results file (``{"runs": [], "controls": []}`` where there is none yet; :func:`seqlab.results.read`)."""
+    from seqlab import results
+
+    return results.read(path)
 
 
-def _write(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)                          # atomic: an interrupted write never leaves half a file
+def recorder(path: Path | None, data: dict, fields: dict, verbose: bool, describe=None):
+    """``record(run, kind="runs")``: print the finished run and merge it into the results file under its lock
+    (:func:`seqlab.results.merge`, which keeps what other sittings wrote), then refresh ``data`` from the file."""
+    from seqlab import results
+
+    def record(run: dict, kind: str = "runs") -> None:
+        if verbose:
+            print((describe or describe_run)(run), flush=True)
+        if path is None:
+            data.setdefault(kind, []).append(run)
+            return
+        now = time.perf_counter()
+        fresh = results.merge(path, key=run_key, fields=fields, wall_s=now - record.since, **{kind: [run]})
+        record.since = now
+        data.clear()
+        data.update(fresh)
+
+    record.since = time.perf_counter()
+    return record
 
 
 def summarize(runs: list[dict], cfg: dict) -> list[dict]:
@@ -291,7 +478,7 @@ def summarize(runs: list[dict], cfg: dict) -> list[dict]:
     chosen = chosen_lrs(runs, cfg)
     cells: dict = {}
     for r in runs:
-        if chosen.get((r["family"], r["task"])) == float(r["lr"]):
+        if chosen.get((r["family"], r["task"])) == float(r["lr"]) and in_grid(r, cfg):
             cells.setdefault((r["family"], r["task"], r["width"], r["seq_len"]), []).append(r)
     rows = []
     for (family, task, width, seq_len), rs in sorted(cells.items(), key=lambda kv: (TASKS.index(kv[0][1])
@@ -299,7 +486,9 @@ def summarize(runs: list[dict], cfg: dict) -> list[dict]:
                                                                                    FAMILIES.index(kv[0][0]),
                                                                                    kv[0][2], kv[0][3])):
         acc = [r["accuracy"] for r in rs]
+        grid = rate_grid(runs, cfg, family, task)
         rows.append({"family": family, "task": task, "width": width, "seq_len": seq_len, "lr": rs[0]["lr"],
+                     "lr_grid": grid["rates"], "lr_extended": grid["extended"], "lr_at_edge": grid["at_edge"],
                      "d_model": rs[0]["d_model"], "params": rs[0]["params"], "state_size": rs[0]["state_size"],
                      "seeds": len(rs), "accuracy": statistics.fmean(acc),
                      "spread": statistics.stdev(acc) if len(acc) > 1 else 0.0,
@@ -308,8 +497,8 @@ def summarize(runs: list[dict], cfg: dict) -> list[dict]:
 
 
 def _worker(args):
-    spec, cfg = args
-    return run_one(spec, cfg)
+    spec, cfg, checkpoint_dir = args
+    return run_one(spec, cfg, checkpoint_dir=checkpoint_dir)     # a worker checkpoints as a single run does
 
 
 def _run_all(specs: list[dict], cfg: dict, workers: int, record, progress: bool, checkpoint_dir) -> None:
@@ -326,7 +515,7 @@ def _run_all(specs: list[dict], cfg: dict, workers: int, record, progress: bool,
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(_worker, (spec, cfg)) for spec in specs]
+            futures = [pool.submit(_worker, (spec, cfg, checkpoint_dir)) for spec in specs]
             for fut in as_completed(futures):
                 record(fut.result())
                 bar.update()
@@ -360,7 +549,11 @@ def arena(*, profile: str | None = None, families=None, tasks=None, out="auto", 
     Sizes (``families, seeds, steps, batch_size, n_layers, lrs, reference, base_width, widths, mqar_lengths,
     threads, train_size, test_size, validation_size, tasks``) come from the profile and may be overridden.
 
-    Returns the results file's contents plus ``"summary"`` (:func:`summarize`) and ``"chosen_lr"``.
+    ``controls`` (a profile's optional table ``{task: {family, lr, threshold, init, source}}``): after each task's
+    grid, its positive control runs at the same budget, one run per seed, kept under the file's ``controls``.
+
+    Returns the results file's contents plus ``"summary"`` (:func:`summarize`), ``"chosen_lr"`` and
+    ``"verdicts"`` (:func:`control_verdicts`: a task whose control did not learn is not ranked).
     """
     prof = profile or config.profile()
     cfg = profile_sizes(SIZES, prof, overrides)
@@ -374,32 +567,26 @@ def arena(*, profile: str | None = None, families=None, tasks=None, out="auto", 
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers: expected a positive int, got {workers!r}")
     path = default_out(prof) if out == "auto" else (Path(out) if out is not None else None)
-    data = load(path) if path is not None else {"runs": []}
+    data = load(path) if path is not None else {"runs": [], "controls": []}
     from_cli = sys.argv[1:3] == ["experiment", "arena"]
     command = (" ".join(["python -m seqlab"] + sys.argv[1:]) if from_cli
                else f"seqlab.experiments.run('arena', profile={str(prof)!r})")
-    data.update({"command": command, "versions": versions(), "profile": str(prof), "config": cfg})
-    data.setdefault("wall_s", 0.0)
-    started = time.perf_counter()
-
-    def record(run: dict) -> None:
-        data["runs"].append(run)
-        if verbose:
-            print(describe_run(run), flush=True)
-        if path is not None:
-            data["wall_s"] = round(data["wall_s"] + time.perf_counter() - record.since, 1)
-            record.since = time.perf_counter()
-            _write(path, data)
-
-    record.since = started
+    fields = {"command": command, "versions": versions(), "profile": str(prof), "config": cfg}
+    data.update(fields)
+    record = recorder(path, data, fields, verbose)
     for task in cfg["tasks"]:                             # task by task, so that a partial grid has whole tasks
         one = {**cfg, "tasks": {task: cfg["tasks"][task]}}
         search, _ = plan(one, data["runs"])               # seed 0 at every rate, then what needs its choice
-        _run_all(search, one, workers, record, progress, checkpoint_dir)
+        while search:                                     # a best rate at an edge of the grid extends it
+            _run_all(search, one, workers, record, progress, checkpoint_dir)
+            search, _ = plan(one, data["runs"])
         _, rest = plan(one, data["runs"])
         _run_all(rest, one, workers, record, progress, checkpoint_dir)
-    if path is not None:
-        _write(path, data)
+        have = {run_key(r) for r in data.get("controls", [])}
+        controls = [s for s in control_specs(one, task) if spec_key(s, one) not in have]
+        _run_all(controls, one, workers, lambda run: record({**run, "control": True,
+                                                             "threshold": one["controls"][task]["threshold"]},
+                                                            "controls"), progress, checkpoint_dir)
     chosen = chosen_lrs(data["runs"], cfg)
     return {**data, "summary": summarize(data["runs"], cfg),
-            "chosen_lr": {f"{f}/{t}": lr for (f, t), lr in chosen.items()}}
+            "chosen_lr": {f"{f}/{t}": lr for (f, t), lr in chosen.items()}, "verdicts": control_verdicts(data, cfg)}

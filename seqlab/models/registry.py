@@ -27,6 +27,27 @@ def names() -> list[str]:
     return sorted(_BUILDERS)
 
 
+# How each family's weights are drawn, by name: a run records it, and runs that differ in it never share a
+# checkpoint or a results row. A rule that changes gets a new name.
+INIT_RULES = {
+    "transformer": "gpt2-0.02",            # linears, embeddings, positions, head N(0, 0.02); out proj / sqrt(2 n_layers)
+    "linear-transformer": "gpt2-0.02",
+    "causalrn": "000-appendix-b",          # layers N(0, 0.02), outputs / sqrt(#residual), embeddings N(0, 1)
+    "linear-causalrn": "000-appendix-b",
+    "birn": "000-appendix-b",
+    "lrnn": "lru-ring",                    # the LRU's ring init of lambda, embeddings N(0, 1), head N(0, 0.02)
+    "fst": "lru-ring",
+    "lightnet": "torch-default-scaled",    # PyTorch's default projections (LightNet's attention output N(0, 0.02)),
+    "gateloop": "torch-default-scaled",    # out proj / sqrt(2 n_layers), embeddings and head N(0, 0.02)
+}
+
+
+def init_rule(name: str) -> str:
+    """The name of the rule ``build(name, ...)`` draws its initial weights by (:data:`INIT_RULES`)."""
+    _check_name(name)
+    return INIT_RULES[name]
+
+
 # One config vocabulary for every family (design.md §3): the old per-family names still work, with a warning.
 DEPRECATED_KEYS = {"hidden": "d_model", "depth": "n_layers", "heads": "n_heads"}
 _BUILD_ARGS = ("vocab_size", "num_classes", "seq_len")

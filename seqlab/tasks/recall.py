@@ -16,11 +16,16 @@ A sequence opens with ``D = num_kv_pairs`` key-value pairs and then asks for eac
 - the label at a query position is the paired value; every other label is ``IGNORE``. Every split
   (train, validation, test) scores only the queries.
 
-One deliberate difference from Zoology: the other query-region positions hold random *filler* tokens
-drawn from the vocabulary minus this sequence's keys (Zoology draws them from every token, so a filler
-can equal a key and yet be unlabelled). Here a label is a function of the inputs alone: the value paired
-with the token at that position when it is one of the keys, ``IGNORE`` otherwise. Zoology's
-``vocab_size > seq_len`` check is not needed here and is not made.
+The other query-region positions are *filler*, chosen by ``filler``:
+
+- ``"random"`` (the default here, the harder variant): random tokens drawn from the vocabulary minus this
+  sequence's keys (about half of them values). Zoology's random filler draws from every token, so a filler
+  can equal a key and yet be unlabelled; here a label is a function of the inputs alone: the value paired
+  with the token at that position when it is one of the keys, ``IGNORE`` otherwise;
+- ``"zoology"``: token 0, as in Zoology's published runs (``random_non_queries=False``, its Fig. 2): the
+  model only has to find the keys among zeros. Token 0 is never a key.
+
+Zoology's ``vocab_size > seq_len`` check is not needed here and is not made.
 
 Zoology's published sweep: ``vocab_size=8192``, ``seq_len`` 64..1024, 4..256 pairs.
 """
@@ -36,6 +41,7 @@ from seqlab.tasks.base import IGNORE, Task, split_sizes, validation_param
 __all__ = ["mqar"]
 
 MQAR_STREAM = 5          # this task's random stream (copying uses 1, memory horizon 4, the MAD tasks 6..10)
+FILLERS = ("random", "zoology")
 _CHUNK = 1024            # rows generated at once (bounds the (rows, vocab) scratch arrays)
 
 
@@ -78,12 +84,15 @@ def _filler(rng, keys: np.ndarray, vocab_size: int, seq_len: int) -> np.ndarray:
     return out
 
 
-def _mqar_rows(rng, rows: int, vocab_size: int, seq_len: int, D: int, power_a: float):
+def _mqar_rows(rng, rows: int, vocab_size: int, seq_len: int, D: int, power_a: float, filler: str):
     half = vocab_size // 2
     keys = _distinct(rng, rows, 1, half, D)                      # lower half without token 0
     values = _distinct(rng, rows, half, vocab_size, D)           # upper half
     gaps = _power_law_gaps(rng, rows, (seq_len - 2 * D) // 2, D, power_a)
-    ids = _filler(rng, keys, vocab_size, seq_len)
+    if filler == "zoology":                                      # Zoology's runs: the non-queries are token 0
+        ids = np.zeros((rows, seq_len), dtype=np.int64)
+    else:
+        ids = _filler(rng, keys, vocab_size, seq_len)
     r = np.arange(rows)[:, None]
     ids[:, 0:2 * D:2], ids[:, 1:2 * D:2] = keys, values          # the key-value region
     where = 2 * D + 2 * gaps                                     # query i asks key i at 2D + 2 gap_i
@@ -93,21 +102,23 @@ def _mqar_rows(rng, rows: int, vocab_size: int, seq_len: int, D: int, power_a: f
     return ids, labels
 
 
-def _mqar_split(rng, size: int, vocab_size: int, seq_len: int, D: int, power_a: float) -> dict:
-    parts = [_mqar_rows(rng, min(_CHUNK, size - s), vocab_size, seq_len, D, power_a)
+def _mqar_split(rng, size: int, vocab_size: int, seq_len: int, D: int, power_a: float, filler: str) -> dict:
+    parts = [_mqar_rows(rng, min(_CHUNK, size - s), vocab_size, seq_len, D, power_a, filler)
              for s in range(0, size, _CHUNK)]
     return {"input_ids": np.concatenate([p[0] for p in parts]).tolist(),
             "labels": np.concatenate([p[1] for p in parts]).tolist()}
 
 
 def mqar(*, vocab_size: int = 256, seq_len: int = 64, num_kv_pairs: int = 4, power_a: float = 0.01,
-         train_size: int = 2000, test_size: int = 256, validation_size: int = 256, seed: int = 0) -> Task:
+         train_size: int = 2000, test_size: int = 256, validation_size: int = 256, seed: int = 0,
+         filler: str = "random") -> Task:
     """Multi-query associative recall (Zoology's layout, see the module docstring); quick-profile defaults.
 
     Inputs are exactly ``seq_len`` tokens; ``vocab_size`` as given (keys ``1 .. vocab_size//2 - 1``,
     values ``vocab_size//2 ..``). Needs ``seq_len`` even, ``4 * num_kv_pairs <= seq_len`` and
     ``vocab_size//2 - 1 >= num_kv_pairs``. Splits train, test, then validation are drawn from one stream
-    seeded by ``seed`` (``validation_size=0``: no validation split); all score only the queries.
+    seeded by ``seed`` (``validation_size=0``: no validation split); all score only the queries. ``filler``:
+    ``"random"`` or ``"zoology"`` (token 0), the non-query tokens of the query region (module docstring).
     """
     check_ints(("vocab_size", vocab_size, 4), ("seq_len", seq_len, 4), ("num_kv_pairs", num_kv_pairs, 1),
                ("train_size", train_size, 1), ("test_size", test_size, 1),
@@ -121,15 +132,19 @@ def mqar(*, vocab_size: int = 256, seq_len: int = 64, num_kv_pairs: int = 4, pow
     if vocab_size // 2 - 1 < num_kv_pairs:
         raise ValueError(f"vocab_size: expected >= {2 * num_kv_pairs + 2} for {num_kv_pairs} distinct keys "
                          f"(1 .. vocab_size//2 - 1) and values, got {vocab_size}")
+    if filler not in FILLERS:
+        raise ValueError(f"filler: expected one of {FILLERS}, got {filler!r}")
     power_a = float(power_a)
     params = dict(vocab_size=vocab_size, seq_len=seq_len, num_kv_pairs=num_kv_pairs, power_a=power_a,
-                  train_size=train_size, test_size=test_size, seed=seed, **validation_param(validation_size))
+                  train_size=train_size, test_size=test_size, seed=seed, **validation_param(validation_size),
+                  **({} if filler == "random" else {"filler": filler}))   # the random variant keeps its old key
 
     def build() -> dict:
         import datasets
 
         rng = np.random.default_rng(np.random.SeedSequence([seed, MQAR_STREAM]))
-        return {split: datasets.Dataset.from_dict(_mqar_split(rng, size, vocab_size, seq_len, num_kv_pairs, power_a))
+        return {split: datasets.Dataset.from_dict(_mqar_split(rng, size, vocab_size, seq_len, num_kv_pairs, power_a,
+                                                              filler))
                 for split, size in split_sizes(train_size, test_size, validation_size)}
 
     splits = cached_splits("mqar", params, build)
@@ -137,8 +152,9 @@ def mqar(*, vocab_size: int = 256, seq_len: int = 64, num_kv_pairs: int = 4, pow
     itos = [f"k{i}" for i in range(half)] + [f"v{i}" for i in range(half, vocab_size)]
     D = num_kv_pairs
     layout = (f"{2 * D} tokens k1 v1 .. k{D} v{D}, then {seq_len - 2 * D} query-region tokens: each key once at "
-              f"{2 * D} + 2*gap (power-law gaps), labelled with its value, the rest filler (never a key, "
-              f"unlabelled); input length {seq_len}")
-    info = {**params, "key_tokens": [1, half], "value_tokens": [half, vocab_size], "layout": layout}
+              f"{2 * D} + 2*gap (power-law gaps), labelled with its value, the rest filler "
+              + ("(token 0, as in Zoology's runs, " if filler == "zoology" else "(random tokens, never a key, ")
+              + f"unlabelled); input length {seq_len}")
+    info = {**params, "filler": filler, "key_tokens": [1, half], "value_tokens": [half, vocab_size], "layout": layout}
     return Task(name="mqar", splits=splits, seq_len=seq_len, vocab_size=vocab_size, num_classes=None,
                 itos=itos, info=info)

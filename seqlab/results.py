@@ -1,0 +1,81 @@
+"""Results files that several sittings can write at once: read, merged under a lock, replaced atomically.
+
+A results file is one JSON object (the arena's and the init measurement's: ``{"command", "versions", "profile",
+"config", "wall_s", "runs": [...], "controls": [...]}``). Two sittings of one grid side by side (one per GPU, or
+``families=a`` and ``families=b``) each finish runs; :func:`merge` adds them without losing the other's:
+
+1. take the file's lock (``<file>.lock``, a ``filelock.FileLock``: held by one process at a time);
+2. read the file again, as it is now;
+3. add the new records whose key is not there yet (``key``: what makes two records the same), keep every other
+   key of the file as it is, add ``wall_s`` to the file's;
+4. write a temporary file whose name is this writer's own, and replace the file with it (atomic: a reader sees
+   the old file or the new one, never half of one).
+
+A file that is not valid JSON raises :class:`ResultsError` naming it and what to do; it is never overwritten.
+"""
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Callable, Iterable
+
+from filelock import FileLock
+
+__all__ = ["ResultsError", "read", "merge", "LISTS"]
+
+LISTS = ("runs", "controls")       # the lists of records a results file holds
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be read: named, with what to do."""
+
+
+def read(path: str | os.PathLike) -> dict:
+    """The results file at ``path`` (``{"runs": [], "controls": []}`` where there is none yet)."""
+    path = Path(path)
+    if not path.is_file():
+        return {name: [] for name in LISTS}
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ResultsError(f"{path}: not a valid results file ({err}); it is left as it is. Move it aside (or mend "
+                           "it) and run again: the runs it held are trained again") from None
+    if not isinstance(data, dict) or not isinstance(data.get("runs", []), list):
+        raise ResultsError(f"{path}: not a results file (expected an object with a list of runs); it is left as it "
+                           "is. Move it aside and run again")
+    for name in LISTS:
+        data.setdefault(name, [])
+    return data
+
+
+def _write(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")   # this writer's own
+    try:
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def merge(path: str | os.PathLike, *, key: Callable[[dict], tuple], runs: Iterable[dict] = (),
+          controls: Iterable[dict] = (), fields: dict | None = None, wall_s: float = 0.0) -> dict:
+    """Add ``runs`` and ``controls`` to the file at ``path`` under its lock (module docstring) and return what
+    the file holds now. ``fields`` (``command``, ``versions``, ``config``, ...) replace the file's; ``wall_s`` is
+    added to its ``wall_s``; a record whose ``key`` the file already has is not added twice."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        data = read(path)
+        data.update(fields or {})
+        for name, new in (("runs", runs), ("controls", controls)):
+            have = {key(r) for r in data[name]}
+            for record in new:
+                if key(record) not in have:
+                    data[name].append(record)
+                    have.add(key(record))
+        data["wall_s"] = round(data.get("wall_s", 0.0) + wall_s, 1)
+        _write(path, data)
+    return data
