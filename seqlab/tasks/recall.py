@@ -84,7 +84,7 @@ def _filler(rng, keys: np.ndarray, vocab_size: int, seq_len: int) -> np.ndarray:
     return out
 
 
-def _mqar_rows(rng, rows: int, vocab_size: int, seq_len: int, D: int, power_a: float, filler: str):
+def _mqar_rows(rng, rows: int, vocab_size: int, seq_len: int, D: int, power_a: float, filler: str = "random"):
     half = vocab_size // 2
     keys = _distinct(rng, rows, 1, half, D)                      # lower half without token 0
     values = _distinct(rng, rows, half, vocab_size, D)           # upper half
