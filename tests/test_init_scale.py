@@ -16,7 +16,7 @@ def _std(t):
 
 def test_redraw_draws_each_group_at_its_scale():
     torch.manual_seed(0)
-    m = models.build("transformer", vocab_size=500, d_model=64, n_layers=2)
+    m = models.build("linear-transformer", vocab_size=500, d_model=64, n_layers=2, positions="learned")
     assert abs(_std(m.embed.weight) - 0.02) < 0.002 and abs(_std(m.blocks[0].qkv.weight) - 0.02) < 0.002
     redraw(m, linears="default", embeddings=1.0)
     fan_in = 64
@@ -49,7 +49,7 @@ def test_the_quick_measurement_records_each_variant_and_resumes(tmp_path, monkey
     # the linears variant applies to the Transformer only
     assert sorted((r["family"], r["init"]) for r in runs) == [
         ("gateloop", "torch-default-scaled"), ("transformer", "default-linears+embeddings-1"),
-        ("transformer", "gpt2-0.02")]
+        ("transformer", "fan-in-unit-embeddings")]
     for r in runs:
         assert [s for s, _ in r["curve"]] == [0, 2, 4] and abs(r["initial_loss"] - math.log(64)) <= 0.3
     assert {(row["family"], row["init"]) for row in result["table"]} == {(r["family"], r["init"]) for r in runs}
@@ -63,6 +63,20 @@ def test_every_family_names_its_init_rule():
     from seqlab.models.registry import INIT_RULES
 
     assert set(INIT_RULES) == set(models.names())
-    assert models.init_rule("transformer") == "gpt2-0.02"
+    assert models.init_rule("transformer") == "fan-in-unit-embeddings"
+    assert models.init_rule("linear-transformer") == "gpt2-0.02"
     with pytest.raises(ValueError, match="unknown model"):
         models.init_rule("gpt")
+
+
+def test_the_transformer_is_built_at_its_width_and_gpt2_can_be_drawn_again():
+    torch.manual_seed(0)
+    m = models.build("transformer", vocab_size=500, d_model=64, n_layers=2)
+    assert abs(_std(m.blocks[0].qkv.weight) - 64 ** -0.5) < 0.005                    # 1/sqrt(fan_in)
+    assert abs(_std(m.blocks[0].mlp.proj.weight) - 256 ** -0.5 / 2) < 0.003          # fan_in 4 d, / sqrt(2 n_layers)
+    assert abs(_std(m.embed.weight) - 1.0) < 0.05 and abs(_std(m.head.weight) - 0.02) < 0.002
+    redraw(m, **VARIANTS["gpt2-0.02"])
+    assert abs(_std(m.blocks[0].qkv.weight) - 0.02) < 0.002 and abs(_std(m.embed.weight) - 0.02) < 0.002
+    with pytest.raises(ValueError, match="init_std: expected"):
+        from seqlab.layers.attention import TransformerBlock
+        TransformerBlock(16, init_std="xavier")

@@ -458,3 +458,15 @@ def test_impulse_figure_starts_at_t1():
     assert fig.data[2].y[0] == pytest.approx(1.0) and fig.data[2].y[1] == pytest.approx(0.9)
     with pytest.raises(ValueError, match="response"):
         impulse_figure(np.zeros((2, 2)), [lam])
+
+
+def test_learning_curves_band_draws_the_mean_and_the_seeds_range():
+    from seqlab.viz.arena import learning_curves_band
+
+    runs = [{"curve": [[0, 0.1], [10, 0.5], [20, 0.9]]}, {"curve": [[0, 0.1], [10, 0.7], [20, 1.0]]}]
+    fig = learning_curves_band({"a": runs}, title="t")
+    band, line = fig.data
+    assert list(line.x) == [0, 10, 20] and list(line.y) == pytest.approx([0.1, 0.6, 0.95])
+    assert list(band.y) == [0.1, 0.7, 1.0, 0.9, 0.5, 0.1]          # highest forward, lowest back
+    with pytest.raises(ValueError, match="different steps"):
+        learning_curves_band({"a": runs + [{"curve": [[0, 0.1], [5, 0.2]]}]}, title="t")

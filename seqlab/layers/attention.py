@@ -156,10 +156,14 @@ class MLP(nn.Module):
 
 
 class _AttentionBlock(nn.Module):
-    """Pre-norm residual block: ``x + attn(LN(x))`` then ``x + MLP(LN(x))``."""
+    """Pre-norm residual block: ``x + attn(LN(x))`` then ``x + MLP(LN(x))``.
+
+    ``init_std``: the normal std of the four linears (qkv, out, and the MLP's two), biases zero: a number (GPT-2's
+    0.02), or ``"fan_in"``, ``1/sqrt(fan_in)`` for each (``1/sqrt(d_model)``, and ``1/sqrt(mlp_ratio d_model)`` for
+    the MLP's second layer): the scale follows the width."""
 
     def __init__(self, d_model: int, heads: int = 4, mlp_ratio: float = 4.0, dropout: float = 0.0,
-                 causal: bool = True):
+                 causal: bool = True, init_std: float | str = 0.02):
         super().__init__()
         if not isinstance(heads, int) or heads < 1 or d_model % heads:
             raise ValueError(f"heads: expected a positive int dividing d_model={d_model}, got {heads!r}")
@@ -170,8 +174,12 @@ class _AttentionBlock(nn.Module):
         self.norm2 = nn.LayerNorm(d_model)
         self.mlp = MLP(d_model, mlp_ratio, dropout)
         self.drop = nn.Dropout(dropout)
+        if init_std != "fan_in" and (isinstance(init_std, bool) or not isinstance(init_std, (int, float))
+                                     or not init_std > 0):
+            raise ValueError(f"init_std: expected a positive std or 'fan_in', got {init_std!r}")
         for lin in (self.qkv, self.out, self.mlp.fc, self.mlp.proj):
-            nn.init.normal_(lin.weight, std=0.02)
+            std = lin.in_features ** -0.5 if init_std == "fan_in" else float(init_std)
+            nn.init.normal_(lin.weight, std=std)
             nn.init.zeros_(lin.bias)
 
     def heads_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -258,8 +266,8 @@ class LinearTransformerBlock(_AttentionBlock):
     """Pre-norm linear-attention block (Katharopoulos et al. 2020, elu+1 features)."""
 
     def __init__(self, d_model: int, heads: int = 4, mlp_ratio: float = 4.0, dropout: float = 0.0,
-                 causal: bool = True, mode: str = "auto", chunk: int = 64):
-        super().__init__(d_model, heads, mlp_ratio, dropout, causal)
+                 causal: bool = True, mode: str = "auto", chunk: int = 64, init_std: float | str = 0.02):
+        super().__init__(d_model, heads, mlp_ratio, dropout, causal, init_std)
         self.mode = check_mode("LinearTransformerBlock", mode, LINEAR_ATTENTION_MODES)
         self.chunk = chunk
 

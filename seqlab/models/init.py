@@ -24,6 +24,7 @@ __all__ = ["VARIANTS", "redraw", "residual_outputs"]
 
 VARIANTS = {
     "as-built": {},                                             # the family's own rule (INIT_RULES)
+    "gpt2-0.02": {"linears": 0.02, "embeddings": 0.02, "head": 0.02},   # GPT-2's rule (the attention baselines')
     "default-linears": {"linears": "default"},                  # the attention baselines only
     "embeddings-1": {"embeddings": 1.0},
     "embeddings-0.02": {"embeddings": 0.02},

@@ -48,6 +48,10 @@ def build_lightnet(*, vocab_size: int, num_classes: int | None = None, seq_len: 
 
     ``abs_pos=True`` adds learned absolute position embeddings (a grid classifier only), as the DeiT
     pipeline that LightNet's image classifier is built into has them (§5.1); off by default.
+
+    Initialised by seqlab's rule (``"torch-default-scaled"``; paper 003 states none): PyTorch's default projections
+    (the attention output N(0, 0.02)), output projections divided by ``sqrt(2 n_layers)``, embeddings and head
+    N(0, 0.02); it measured best against N(0, 1) embeddings and PyTorch's default head (``results/init/medium.json``).
     """
     causal = num_classes is None
     if abs_pos and causal:

@@ -76,7 +76,8 @@ def _check_config(d_model: int, n_layers: int) -> None:
 def build_lrnn(*, vocab_size: int, num_classes: int | None = None, seq_len: int | None = None, d_model: int = 64,
                n_layers: int = 2, norm: bool = True, mode: str = "auto", r_min: float = 0.9, r_max: float = 0.999,
                gamma_norm: bool = True) -> SequenceModel:
-    """LRNN-only blocks (002 §3.5 ablation). Any length; causal, so it is also a language model."""
+    """LRNN-only blocks (002 §3.5 ablation). Any length; causal, so it is also a language model. Initialised by
+    the LRU's ring init of lambda (``"lru-ring"``), embeddings N(0, 1), head N(0, 0.02)."""
     _check_config(d_model, n_layers)
     blocks = [LRNNBlock(d_model, norm=norm, mode=mode, r_min=r_min, r_max=r_max, gamma_norm=gamma_norm)
               for _ in range(n_layers)]
@@ -89,7 +90,8 @@ def build_fst(*, vocab_size: int, num_classes: int | None = None, seq_len: int |
               n_layers: int = 2, causal: bool | None = None, norm: bool = True, mode: str = "auto", r_min: float = 0.9,
               r_max: float = 0.999, gamma_norm: bool = True) -> FSTModel:
     """FST blocks (002 Fig. 1). ``seq_len`` is required. ``causal`` defaults to ``num_classes is None``
-    (a language model must be causal; a classifier uses the paper's unmasked twist)."""
+    (a language model must be causal; a classifier uses the paper's unmasked twist). Initialised as
+    :func:`build_lrnn` (``"lru-ring"``)."""
     _check_config(d_model, n_layers)
     if seq_len is None:
         raise ValueError("seq_len: the fst model has a fixed sequence length (002 §4); pass seq_len=L")

@@ -30,8 +30,9 @@ def names() -> list[str]:
 # How each family's weights are drawn, by name: a run records it, and runs that differ in it never share a
 # checkpoint or a results row. A rule that changes gets a new name.
 INIT_RULES = {
-    "transformer": "gpt2-0.02",            # linears, embeddings, positions, head N(0, 0.02); out proj / sqrt(2 n_layers)
-    "linear-transformer": "gpt2-0.02",
+    "transformer": "fan-in-unit-embeddings",  # linears N(0, 1/fan_in), out proj / sqrt(2 n_layers), embeddings and
+                                              # positions N(0, 1), head N(0, 0.02)
+    "linear-transformer": "gpt2-0.02",     # linears, embeddings, positions, head N(0, 0.02); out proj / sqrt(2 n_layers)
     "causalrn": "000-appendix-b",          # layers N(0, 0.02), outputs / sqrt(#residual), embeddings N(0, 1)
     "linear-causalrn": "000-appendix-b",
     "birn": "000-appendix-b",

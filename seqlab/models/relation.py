@@ -50,7 +50,10 @@ def _build(*, vocab_size, num_classes, causal, mode, d_model=64, n_layers=2, act
 def build_causalrn(*, vocab_size, num_classes=None, seq_len=None, d_model=64, n_layers=2, activation="exp",
                    pre_norm="exact", post_norm=True, state_expansion=1, max_len=None, embed_std=1.0,
                    positions="learned", mode="quadratic"):
-    """CausalRN with pre-activation normalisation (000 §3.4; quadratic, a KV-cache-like memory)."""
+    """CausalRN with pre-activation normalisation (000 §3.4; quadratic, a KV-cache-like memory).
+
+    Initialised as paper 000 App. B (``"000-appendix-b"``): layers N(0, 0.02), output layers divided by the square
+    root of the number of residual connections, embeddings N(0, 1) (README, "How each family is initialised")."""
     config = dict(d_model=d_model, n_layers=n_layers, activation=activation, post_norm=post_norm,
                   state_expansion=state_expansion, max_len=max_len, embed_std=embed_std, positions=positions)
     return _build(vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len, causal=True, mode=mode,
@@ -62,7 +65,8 @@ def build_linear_causalrn(*, vocab_size, num_classes=None, seq_len=None, d_model
                           pre_norm="none", post_norm=True, state_expansion=1, max_len=None, embed_std=1.0,
                           positions="sinusoidal"):
     """CausalRN with ``exp`` and no exact pre-norm: the linear-time form (000 eq. 9), with fixed sinusoidal
-    positions so that it decodes any length (``positions="learned"``: the paper's table, capped at ``max_len``)."""
+    positions so that it decodes any length (``positions="learned"``: the paper's table, capped at ``max_len``).
+    Initialised as paper 000 App. B, as :func:`build_causalrn`."""
     config = dict(d_model=d_model, n_layers=n_layers, activation=activation, post_norm=post_norm,
                   state_expansion=state_expansion, max_len=max_len, embed_std=embed_std, positions=positions)
     if pre_norm == "exact":
@@ -76,7 +80,8 @@ def build_linear_causalrn(*, vocab_size, num_classes=None, seq_len=None, d_model
 def build_birn(*, vocab_size, num_classes=None, seq_len=None, d_model=64, n_layers=2, activation="exp",
                pre_norm="none", post_norm=True, state_expansion=1, max_len=None, embed_std=1.0,
                positions="learned", mode="auto"):
-    """BiRN: the bidirectional relation network, a classifier read from its CLS token (000 eq. 4)."""
+    """BiRN: the bidirectional relation network, a classifier read from its CLS token (000 eq. 4). Initialised as
+    paper 000 App. B, as :func:`build_causalrn`."""
     config = dict(d_model=d_model, n_layers=n_layers, activation=activation, post_norm=post_norm,
                   state_expansion=state_expansion, max_len=max_len, embed_std=embed_std, positions=positions)
     if num_classes is None:

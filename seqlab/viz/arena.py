@@ -1,6 +1,7 @@
 """Pictures of the arena (lesson 07), drawn from its summary rows (``seqlab.experiments.arena.summarize``) and
 its tasks: one example of a task, the family x task accuracy grid, accuracy against state size and against
-length (one line per family, mean ± spread over seeds), and the training time per family.
+length (one line per family, mean ± spread over seeds), the training time per family, and learning curves read
+from run records (one line per group, the seeds as a band).
 """
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import plotly.graph_objects as go
 
 from seqlab.viz.style import SEQUENTIAL, color, new_figure
 
-__all__ = ["example_figure", "accuracy_grid", "accuracy_vs_state", "accuracy_vs_length", "training_time"]
+__all__ = ["example_figure", "accuracy_grid", "accuracy_vs_state", "accuracy_vs_length", "training_time",
+           "learning_curves_band"]
 
 IGNORE = -100
 
@@ -96,4 +98,31 @@ def training_time(rows: list[dict], *, title: str = "training time per run (mean
     fig.add_trace(go.Bar(x=families, y=means, marker_color=[color(i) for i in range(len(families))],
                          text=[f"{m:.0f} s" if m >= 10 else f"{m:.1f} s" for m in means], textposition="outside"))
     fig.update_yaxes(title_text="seconds per run (one CPU thread)")
+    return fig
+
+
+def learning_curves_band(groups: dict[str, list[dict]], *, title: str,
+                         y_title: str = "validation accuracy") -> go.Figure:
+    """Accuracy against step for each group of run records (``{label: [run, ...]}``, each run with a ``curve`` of
+    ``[step, accuracy]``, the same steps in every seed): the seeds' mean as a line, their lowest and highest as a
+    band around it."""
+    fig = new_figure(height=420, width=760, title=title)
+    for i, (label, runs) in enumerate(groups.items()):
+        if not runs:
+            raise ValueError(f"groups: {label!r} has no runs")
+        steps = [s for s, _ in runs[0]["curve"]]
+        if any([s for s, _ in r["curve"]] != steps for r in runs):
+            raise ValueError(f"groups: the runs of {label!r} were evaluated at different steps")
+        values = [[a for _, a in r["curve"]] for r in runs]
+        lo, hi = [min(v) for v in zip(*values)], [max(v) for v in zip(*values)]
+        mean = [sum(v) / len(v) for v in zip(*values)]
+        fig.add_trace(go.Scatter(x=steps + steps[::-1], y=hi + lo[::-1], fill="toself", fillcolor=color(i),
+                                 opacity=0.2, line=dict(width=0), hoverinfo="skip", showlegend=False))
+        fig.add_trace(go.Scatter(x=steps, y=mean, name=f"{label} ({len(runs)} seeds)", mode="lines",
+                                 line=dict(color=color(i), width=2),
+                                 hovertemplate=f"{label}<br>step %{{x}}<br>mean %{{y:.3f}}<extra></extra>"))
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(title_text=f"{y_title} (band: the seeds' range)", range=[-0.02, 1.02])
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.25, xanchor="left", x=0),
+                      margin=dict(b=110))
     return fig
