@@ -403,12 +403,15 @@ def _run_seed(claim: Claim, seed: int, folder: Path, profile: str, progress: boo
     partial_path = folder / f"seed{seed}" / "interrupted_s.json"
     before = (_read(partial_path) or {}).get("seconds", 0.0)
     start = time.perf_counter()
+    from seqlab import train
+
     try:
-        result = claim.run(seed, profile=profile, folder=str(folder / f"seed{seed}"), progress=progress)
+        with train.observe() as runs:      # every trained run: its start (checked), its curve, its steps to 0.9/0.99
+            result = claim.run(seed, profile=profile, folder=str(folder / f"seed{seed}"), progress=progress)
     except BaseException:
         _write(partial_path, {"seconds": before + time.perf_counter() - start})
         raise
-    result = json.loads(json.dumps({**result, "wall_s": before + time.perf_counter() - start}))
+    result = json.loads(json.dumps({**result, "runs": runs, "wall_s": before + time.perf_counter() - start}))
     _write(path, result)
     return result
 
@@ -459,6 +462,7 @@ def _record(claim: Claim, profile: str, seeds: list[int], results: list[dict], s
                    "sizes": sizes,
                    "seed_wall_s": [round(r["wall_s"], 1) for r in results],
                    "details": [r.get("details") for r in results],
+                   "runs": [r.get("runs", []) for r in results],
                    "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
     return json.loads(json.dumps(record))
 

@@ -46,7 +46,8 @@ from seqlab.tasks.base import Task
 
 __all__ = ["fit", "evaluate", "History", "StopTraining", "TrainingInterrupted", "check_compatible", "lr_at",
            "batch_indices", "save_checkpoint", "load_checkpoint", "load_model", "CheckpointError", "model_device",
-           "PrintCallback"]
+           "PrintCallback", "observe", "num_targets", "check_initial_loss", "first_step_at", "run_summary",
+           "INITIAL_LOSS_TOLERANCE", "THRESHOLDS"]
 
 
 class StopTraining(Exception):
@@ -139,6 +140,65 @@ class PrintCallback:
 
 
 # ----------------------------------------------------------------------------- checks
+
+
+# ----------------------------------------------------------------------------------------------- run summaries
+
+INITIAL_LOSS_TOLERANCE = 0.3     # nats: a run must start within this of ln(num_targets), the loss of a uniform guess
+THRESHOLDS = (0.9, 0.99)         # the accuracies whose first step a run summary records (steps_to_0.9, ...)
+
+
+def num_targets(task: Task) -> int:
+    """The classes the model's head chooses among: the task's labels, or its vocabulary for next-token tasks."""
+    return task.num_classes or task.vocab_size
+
+
+def check_initial_loss(loss: float, targets: int, run: str) -> None:
+    """A model must start near the loss of a uniform guess, ``ln(targets)``: a wrong initial scale (logits far
+    from zero) shows here, before any step is spent on it. ``ValueError`` naming ``run`` otherwise."""
+    uniform = math.log(targets)
+    if not abs(loss - uniform) <= INITIAL_LOSS_TOLERANCE:
+        raise ValueError(f"{run}: initial validation loss {loss:.3f} is more than {INITIAL_LOSS_TOLERANCE} nats from "
+                         f"ln({targets}) = {uniform:.3f}, the loss of a uniform guess: the initialisation's scale "
+                         "is wrong for this width")
+
+
+def first_step_at(curve: list, threshold: float) -> int | None:
+    """The first step of ``curve`` (``[[step, accuracy], ...]``) whose accuracy reaches ``threshold``; None if none."""
+    return next((step for step, acc in curve if acc >= threshold), None)
+
+
+def run_summary(history: History, task: Task, name: str | None = None) -> dict:
+    """What a comparison keeps of one run besides its final number: ``initial_loss`` (the watched split's loss
+    before step 1, from the step-0 record of ``fit(..., eval_at_start=True)``; None where the run has none),
+    ``num_targets``, the ``curve`` ``[[step, accuracy], ...]`` of the watched split and the first step reaching
+    each of :data:`THRESHOLDS` (``steps_to_0.9``, ``steps_to_0.99``; None if never)."""
+    split = history.config.get("eval_split")
+    evals = history.split(split) if split else []
+    start = next((r for r in evals if r["step"] == 0), None)
+    curve = [[r["step"], round(float(r["accuracy"]), 6)] for r in evals if "accuracy" in r]
+    return {"name": name or f"{history.config.get('model')} on {task.name}", "task": task.name, "eval_split": split,
+            "num_targets": num_targets(task), "initial_loss": None if start is None else round(float(start["loss"]), 6),
+            "curve": curve, **{f"steps_to_{t}": first_step_at(curve, t) for t in THRESHOLDS}}
+
+
+_OBSERVERS: list[list] = []
+
+
+class observe:
+    """``with train.observe() as runs:`` every ``fit`` inside evaluates its watched split before step 1
+    (``eval_at_start``), refuses to train a model whose initial loss is more than
+    :data:`INITIAL_LOSS_TOLERANCE` nats from ``ln(num_targets)`` (:func:`check_initial_loss`), and appends its
+    :func:`run_summary` to ``runs`` when it returns. How the claims record every run of an experiment without the
+    experiment's code knowing (nested blocks each see the runs inside them)."""
+
+    def __enter__(self) -> list[dict]:
+        self.runs: list[dict] = []
+        _OBSERVERS.append(self.runs)
+        return self.runs
+
+    def __exit__(self, *exc) -> None:
+        del _OBSERVERS[next(i for i, runs in enumerate(_OBSERVERS) if runs is self.runs)]   # by identity
 
 
 def _model_name(model: nn.Module) -> str:
@@ -367,7 +427,7 @@ def fit(model: nn.Module, task: Task, *, steps: int, batch_size: int, lr: float,
         eval_split: str | None = "test", eval_batch_size: int = 256, final_eval: bool = True,
         checkpoint: str | os.PathLike | None = None, checkpoint_every: int | None = None, resume: bool = False,
         progress: bool = True, desc: str | None = None, threads: int | None = None,
-        betas: tuple[float, float] = (0.9, 0.95)) -> History:
+        betas: tuple[float, float] = (0.9, 0.95), eval_at_start: bool = False) -> History:
     """Train ``model`` on ``task.splits["train"]`` for ``steps`` optimizer steps.
 
     AdamW (``lr``, ``betas``, ``weight_decay`` on matrices), learning rate warmed up linearly over ``warmup``
@@ -386,6 +446,9 @@ def fit(model: nn.Module, task: Task, *, steps: int, batch_size: int, lr: float,
 
     ``threads``: intra-op CPU threads during this fit (restored afterwards); ``None`` leaves torch's
     setting. Small models on a busy shared CPU train many times faster with ``threads=1``.
+
+    ``eval_at_start``: evaluate ``eval_split`` before the first step too (a record at step 0, the start of the
+    learning curve; the training itself is unchanged). On inside :class:`observe`, which also checks that loss.
     """
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads: expected None or a positive int, got {threads!r}")
@@ -393,19 +456,23 @@ def fit(model: nn.Module, task: Task, *, steps: int, batch_size: int, lr: float,
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        return _fit(model, task, steps=steps, batch_size=batch_size, lr=lr, device=device, seed=seed,
+        history = _fit(model, task, steps=steps, batch_size=batch_size, lr=lr, device=device, seed=seed,
                     callbacks=callbacks, weight_decay=weight_decay, warmup=warmup, clip=clip,
                     final_lr_ratio=final_lr_ratio, eval_every=eval_every, eval_split=eval_split,
                     eval_batch_size=eval_batch_size, final_eval=final_eval, checkpoint=checkpoint,
-                    checkpoint_every=checkpoint_every, resume=resume, progress=progress, desc=desc, betas=betas)
+                    checkpoint_every=checkpoint_every, resume=resume, progress=progress, desc=desc, betas=betas,
+                    eval_at_start=eval_at_start or bool(_OBSERVERS))
     finally:
         if threads is not None:
             torch.set_num_threads(threads_before)
+    for runs in _OBSERVERS:
+        runs.append(run_summary(history, task, desc))
+    return history
 
 
 def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_decay, warmup, clip,
          final_lr_ratio, eval_every, eval_split, eval_batch_size, final_eval, checkpoint, checkpoint_every,
-         resume, progress, desc, betas) -> History:
+         resume, progress, desc, betas, eval_at_start) -> History:
     _check_fit_args(steps=steps, batch_size=batch_size, lr=lr, eval_every=eval_every,
                     checkpoint_every=checkpoint_every, seed=seed)
     if resume and checkpoint is None:
@@ -431,7 +498,7 @@ def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_
     run = {"steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed, "weight_decay": weight_decay,
            "warmup": warmup, "clip": clip, "final_lr_ratio": final_lr_ratio, "betas": tuple(betas),
            "model": _model_name(model), "model_config": getattr(model, "model_config", None),
-           "task": task.name, "task_config": getattr(task, "task_config", None)}
+           "task": task.name, "task_config": getattr(task, "task_config", None), "eval_split": eval_split}
     optimizer = torch.optim.AdamW(_param_groups(model, weight_decay), lr=lr, betas=tuple(betas))
     history = History(config=run)
     start, stopped = 0, False
@@ -440,6 +507,11 @@ def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_
         if stopped:     # a callback ended this run (StopTraining) at the saved step: it is finished as it is
             return history
     else:
+        if eval_at_start and eval_split:      # before the seed: the training's random draws are not moved
+            first = {"step": 0, "split": eval_split, **evaluate(model, task, eval_split, batch_size=eval_batch_size)}
+            if _OBSERVERS:
+                check_initial_loss(first["loss"], num_targets(task), desc or f"{_model_name(model)} on {task.name}")
+            history.append(first)
         torch.manual_seed(seed)
     n_train = task.size("train")
     use_amp = dev.type == "cuda" and config.dtype("auto", dev) == torch.bfloat16

@@ -171,6 +171,9 @@ def test_a_best_rate_at_an_edge_extends_the_grid_until_it_lies_inside():
     # a rate that keeps improving stops after MAX_EXTENSIONS steps and says it is still at the edge
     rising = [_run("gateloop", "mqar", 0, lr, val=lr, acc=0.5) for lr in (1e-3, 3e-3, 1e-2, 0.03, 0.09)]
     assert A.rate_grid(rising, cfg, "gateloop", "mqar")["at_edge"] is True
+    # a task every rate solves: the tie goes inside the grid, which is not extended
+    solved = [_run("gateloop", "mqar", 0, lr, val=1.0, acc=1.0) for lr in (1e-3, 3e-3, 1e-2)]
+    assert A.plan(cfg, solved)[0] == [] and A.chosen_lrs(solved, cfg) == {("gateloop", "mqar"): 3e-3}
     # two rates (the old medium grid) are searched as they are, and say the choice sits at an edge
     two = _cfg(lrs=[1e-3, 3e-3], families=["gateloop"])
     assert A.rate_grid(done, two, "gateloop", "mqar")["at_edge"] is True

@@ -2,11 +2,12 @@
 the tiny sizes of ``tests/tiny_profile/`` (seconds), resuming, skipping, the results page, the medium sizes."""
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import pytest
 
-from seqlab import claims
+from seqlab import claims, train
 from seqlab.__main__ import main
 from seqlab.experiments import _common
 
@@ -117,6 +118,13 @@ def _check_record(record: dict, claim: claims.Claim, seeds: int = 3) -> None:
     assert record["seeds"] == list(range(seeds)) and record["wall_s"] >= 0
     assert {"cpu", "cores", "torch"} <= set(record["machine"])
     assert record["command"].startswith("python -m seqlab reproduce " + claim.id)
+    assert len(record["runs"]) == seeds
+    for runs in record["runs"]:                         # every trained run: its start, its curve, its thresholds
+        assert (runs == []) == (claim.id == "lightnet-one-scan")     # a timing trains nothing
+        for run in runs:
+            assert abs(run["initial_loss"] - math.log(run["num_targets"])) <= train.INITIAL_LOSS_TOLERANCE
+            assert run["curve"][0][0] == 0 and len(run["curve"]) >= 2
+            assert {"steps_to_0.9", "steps_to_0.99", "name", "task"} <= set(run)
     if claim.censored:
         assert set(record["censored"]) == set(claim.arms)
         for arm, flags in record["censored"].items():     # a censored run records its budget

@@ -139,6 +139,46 @@ def test_resume_reproduces_the_uninterrupted_run_exactly(small_copy, tmp_path):
         assert torch.equal(a, b), name
 
 
+def test_eval_at_start_records_step_zero_and_leaves_the_training_unchanged(small_copy):
+    kw = dict(steps=6, batch_size=8, lr=1e-2, seed=3, progress=False, eval_every=3)
+    model = tiny(small_copy, dropout=0.1)
+    before = train.evaluate(model, small_copy, "test")
+    plain = train.fit(tiny(small_copy, dropout=0.1), small_copy, **kw)
+    started = train.fit(model, small_copy, eval_at_start=True, **kw)
+    first = started.split("test")[0]
+    assert first["step"] == 0 and first["loss"] == before["loss"] and first["accuracy"] == before["accuracy"]
+    assert started.train_loss() == plain.train_loss()               # the evaluation draws nothing from the RNG
+    assert [r["step"] for r in started.split("test")] == [0, 3, 6]
+    assert [r["step"] for r in plain.split("test")] == [3, 6]
+
+
+def test_observe_summarises_every_run_and_refuses_a_wrong_initial_scale(small_copy, tmp_path):
+    with train.observe() as outer:
+        with train.observe() as inner:
+            train.fit(tiny(small_copy), small_copy, steps=4, batch_size=8, lr=1e-2, progress=False, eval_every=2,
+                      desc="one")
+        train.fit(tiny(small_copy), small_copy, steps=2, batch_size=8, lr=1e-2, progress=False, desc="two",
+                  checkpoint=tmp_path / "two.pt")
+    assert [r["name"] for r in inner] == ["one"] and [r["name"] for r in outer] == ["one", "two"]
+    run = inner[0]
+    assert run["num_targets"] == small_copy.vocab_size and run["eval_split"] == "test"
+    assert abs(run["initial_loss"] - math.log(run["num_targets"])) <= train.INITIAL_LOSS_TOLERANCE
+    assert [step for step, _ in run["curve"]] == [0, 2, 4]
+    assert run["steps_to_0.9"] == train.first_step_at(run["curve"], 0.9)
+    # resumed from its finished checkpoint, a run keeps the start it recorded
+    with train.observe() as again:
+        train.fit(tiny(small_copy, seed=9), small_copy, steps=2, batch_size=8, lr=1e-2, progress=False,
+                  checkpoint=tmp_path / "two.pt", resume=True)
+    assert again[0]["initial_loss"] == outer[1]["initial_loss"] is not None
+    loud = tiny(small_copy)
+    with torch.no_grad():
+        loud.head.weight.mul_(300.0)                                 # logits far from zero: a confident wrong start
+    with train.observe() as runs, pytest.raises(ValueError, match=r"loud: initial validation loss .* nats from ln"):
+        train.fit(loud, small_copy, steps=2, batch_size=8, lr=1e-2, progress=False, desc="loud")
+    assert runs == []
+    assert train.fit(loud, small_copy, steps=1, batch_size=8, lr=1e-2, progress=False)   # not observed: trained
+
+
 def test_resume_refuses_a_different_run(small_copy, tmp_path):
     path = tmp_path / "run.pt"
     train.fit(tiny(small_copy), small_copy, steps=2, batch_size=8, lr=1e-2, checkpoint=path, progress=False)

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from seqlab import config
 from seqlab.experiments import experiment
+from seqlab.train import INITIAL_LOSS_TOLERANCE, THRESHOLDS, check_initial_loss, first_step_at  # noqa: F401
 from seqlab.experiments._common import Sizes, checkpointing, profile_sizes
 
 __all__ = ["FAMILIES", "TASKS", "SIZES", "arena", "core_parameters", "matched_width", "plan", "chosen_lrs", "in_grid",
@@ -133,10 +134,6 @@ def make_task(name: str, args: dict, seed: int, cfg: dict):
     return tasks.get(name, **kw)
 
 
-INITIAL_LOSS_TOLERANCE = 0.3     # nats: a run must start within this of ln(num_targets), the loss of a uniform guess
-THRESHOLDS = (0.9, 0.99)         # the accuracies whose first step a run records (steps_to_0.9, steps_to_0.99)
-
-
 def filler_of(task: str, args: dict) -> str | None:
     """MQAR's filler (``"random"`` unless the task's arguments say ``"zoology"``); None for the other tasks."""
     return args.get("filler", "random") if task == "mqar" else None
@@ -159,21 +156,6 @@ def spec_key(spec: dict, cfg: dict) -> tuple:
     length = spec["seq_len"] if spec["seq_len"] is not None else _default_length(cfg, spec["task"])
     return run_key({**spec, "seq_len": length, "steps": cfg["steps"], "init": init_of(spec),
                     "filler": filler_of(spec["task"], cfg["tasks"][spec["task"]])})
-
-
-def first_step_at(curve: list, threshold: float) -> int | None:
-    """The first step of ``curve`` (``[[step, accuracy], ...]``) whose accuracy reaches ``threshold``; None if none."""
-    return next((step for step, acc in curve if acc >= threshold), None)
-
-
-def check_initial_loss(loss: float, num_targets: int, run: str) -> None:
-    """A model must start near the loss of a uniform guess, ``ln(num_targets)``: a wrong initial scale (logits
-    far from zero) shows here, before any step is spent on it."""
-    uniform = math.log(num_targets)
-    if not abs(loss - uniform) <= INITIAL_LOSS_TOLERANCE:
-        raise ValueError(f"{run}: initial validation loss {loss:.3f} is more than {INITIAL_LOSS_TOLERANCE} nats from "
-                         f"ln({num_targets}) = {uniform:.3f}, the loss of a uniform guess: the initialisation's scale "
-                         "is wrong for this width")
 
 
 def run_name(spec: dict, cfg: dict, seq_len: int) -> str:
@@ -213,7 +195,7 @@ def run_one(spec: dict, cfg: dict, *, progress: bool = False, checkpoint_dir=Non
     of :data:`seqlab.models.init.VARIANTS`) and return its record: the
     test accuracy, the loss before the first step (``initial_loss``, checked against ``ln(num_targets)``) and the
     learning curve (validation accuracy every ``eval_every`` steps, with ``steps_to_0.9`` and ``steps_to_0.99``)."""
-    from seqlab import models, train
+    from seqlab import train
 
     start = time.perf_counter()
     family, name, seed = spec["family"], spec["task"], spec["seed"]
@@ -227,23 +209,20 @@ def run_one(spec: dict, cfg: dict, *, progress: bool = False, checkpoint_dir=Non
         d_model, params = matched_width(family, target, cfg["n_layers"])
         model = build_model(spec, task, d_model, cfg)
         run = run_name(spec, cfg, task.seq_len)
-        num_targets = task.num_classes or task.vocab_size
-        initial = train.evaluate(model, task, "validation")
-        check_initial_loss(float(initial["loss"]), num_targets, run)
-        history = train.fit(model, task, steps=cfg["steps"], batch_size=cfg["batch_size"], lr=spec["lr"], seed=seed,
-                            eval_split="validation", eval_every=eval_every, progress=progress, desc=run,
-                            threads=cfg.get("threads"), **checkpointing(checkpoint_dir, run, cfg["steps"]))
+        with train.observe() as watched:           # the loss before step 1 is checked against ln(num_targets)
+            history = train.fit(model, task, steps=cfg["steps"], batch_size=cfg["batch_size"], lr=spec["lr"],
+                                seed=seed, eval_split="validation", eval_every=eval_every, progress=progress, desc=run,
+                                threads=cfg.get("threads"), **checkpointing(checkpoint_dir, run, cfg["steps"]))
         test = train.evaluate(model, task, "test")
-    curve = [[0, round(float(initial["accuracy"]), 6)]] + [[r["step"], round(float(r["accuracy"]), 6)]
-                                                          for r in history.split("validation")]
+    summary = watched[-1]
     return {"family": family, "task": name, "seed": seed, "d_model": d_model, "params": params,
             "state_size": int(model.state_size(task.seq_len)), "seq_len": task.seq_len,
             "accuracy": round(float(test["accuracy"]), 6), "wall_s": round(time.perf_counter() - start, 2),
             "width": spec["width"], "target_params": target, "varied": "d_model", "lr": spec["lr"],
             "validation_accuracy": round(float(history.final["accuracy"]), 6),
             "test_loss": round(float(test["loss"]), 6), "steps": cfg["steps"], "vocab_size": task.vocab_size,
-            "num_targets": num_targets, "initial_loss": round(float(initial["loss"]), 6), "eval_every": eval_every,
-            "curve": curve, **{f"steps_to_{t}": first_step_at(curve, t) for t in THRESHOLDS},
+            "eval_every": eval_every, **{k: summary[k] for k in ("num_targets", "initial_loss", "curve")},
+            **{f"steps_to_{t}": summary[f"steps_to_{t}"] for t in THRESHOLDS},
             "filler": filler_of(name, args), "init": init_of(spec)}
 
 
@@ -302,8 +281,13 @@ MAX_EXTENSIONS = 2     # rates a search may add beyond each edge of the profile'
 
 
 def _best(by_lr: dict, rates: list[float]) -> float:
-    """The rate of ``rates`` with the best validation accuracy (ties: the smaller rate)."""
-    return max(sorted(rates), key=lambda lr: by_lr[lr])
+    """The rate of ``rates`` with the best validation accuracy. Ties (a task every rate solves) go to a rate inside
+    the grid before one at its edge, then to the smaller: a tie at an edge is no reason to search further."""
+    rates = sorted(rates)
+    top = max(by_lr[lr] for lr in rates)
+    tied = [lr for lr in rates if by_lr[lr] == top]
+    inside = [lr for lr in tied if len(rates) >= 3 and lr not in (rates[0], rates[-1])]
+    return (inside or tied)[0]
 
 
 def search_rates(by_lr: dict, cfg: dict) -> list[float]:

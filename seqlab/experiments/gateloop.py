@@ -53,11 +53,12 @@ def accuracy_by_span(model, task, split: str = "test", bins=None, batch_size: in
 
 
 # Quick sizes: a CPU in minutes. The full sizes (Appendix C.1) are in configs/gateloop-memory-horizon.toml.
-# Optional: ``validation_size`` (a validation split, watched instead of the test split) and ``betas`` (AdamW's;
-# seqlab.train.fit's default where not given).
+# Optional: ``validation_size`` (a validation split, watched instead of the test split), ``betas`` (AdamW's;
+# seqlab.train.fit's default where not given) and ``eval_every`` (the watched split's curve: an evaluation every so
+# many steps; only the final one where not given).
 SIZES = Sizes("gateloop-memory-horizon", dict(
     seq_len=128, steps=250, d_model=32, n_layers=2, n_heads=None, batch_size=32, lr=5e-3, weight_decay=0.05,
-    warmup=None, train_size=2000, test_size=200), optional=("validation_size", "betas"))
+    warmup=None, train_size=2000, test_size=200), optional=("validation_size", "betas", "eval_every"))
 
 
 @experiment("gateloop-memory-horizon")
@@ -66,7 +67,7 @@ def memory_horizon_comparison(*, profile: str | None = None, seed: int = 0, prog
     """Data-controlled vs fixed state transitions on Memory Horizon (Fig. 6-7).
 
     Sizes (``seq_len, steps, d_model, n_layers, n_heads, batch_size, lr, weight_decay, warmup, train_size,
-    test_size``; optional ``validation_size, betas``) come from the profile and may be overridden by keyword.
+    test_size``; optional ``validation_size, betas, eval_every``) come from the profile and may be overridden by keyword.
     ``checkpoint_dir``: save each run there and resume it (``seqlab.experiments`` module doc).
 
     Returns ``{"accuracy": {"data_controlled": float, "fixed": float}, "validation": {variant: accuracy on the
@@ -89,6 +90,7 @@ def memory_horizon_comparison(*, profile: str | None = None, seed: int = 0, prog
         history = train.fit(model, task, steps=cfg["steps"], batch_size=cfg["batch_size"], lr=cfg["lr"], seed=seed,
                             weight_decay=cfg["weight_decay"], warmup=cfg["warmup"], progress=progress,
                             desc=f"GateLoop {variant}", callbacks=callbacks, eval_split=watched, **optimizer,
+                            eval_every=cfg.get("eval_every"),
                             **checkpointing(checkpoint_dir, f"{variant}-seed{seed}", cfg["steps"]))
         results["histories"][variant] = history
         results["models"][variant] = model
