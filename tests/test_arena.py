@@ -70,6 +70,14 @@ def test_plan_searches_first_then_runs_the_seeds_and_sweeps_at_the_chosen_rate()
     assert sorted(s["seed"] for s in wider if s["family"] == "lrnn") == [0, 1, 2]
     longer = [s for s in then2 if s["seq_len"] not in (None, 32)]
     assert {s["seq_len"] for s in longer} == set(cfg["mqar_lengths"]) - {32}
+    assert {s["family"] for s in longer} == {"gateloop", "lrnn"}
+    short = A.plan({**cfg, "length_sweep_families": ["lrnn"]}, done)[1]     # a profile keeps one at the base length
+    assert {s["family"] for s in short if s["seq_len"] not in (None, 32)} == {"lrnn"}
+    assert len(short) == len(then2) - 3
+    band = A.plan({**cfg, "rate_band_tasks": ["mqar"]}, done)[1]          # every seed at every rate on MQAR
+    assert len(band) == len(then2) + 2 * 2                                # 2 families x 1 other rate x seeds 1, 2
+    assert {(s["lr"], s["seed"]) for s in band if s["family"] == "lrnn" and s["width"] == cfg["base_width"]
+            and s["seq_len"] == 32} == {(1e-3, 1), (1e-3, 2), (3e-3, 1), (3e-3, 2)}
 
 
 def test_the_quick_grid_writes_each_run_and_a_second_call_skips_them(tmp_path, monkeypatch, capsys):
@@ -109,14 +117,14 @@ def test_bad_arguments_name_themselves():
 def test_the_recorded_medium_gateloop_mqar_run_reproduces():
     """GateLoop's MQAR run at the smallest width, seed 0, trained again from its recorded config, finds the
     recorded test accuracy within 0.01."""
-    path = A.RESULTS_DIR / "medium.json"
+    path = A.RESULTS_DIR / "medium-800steps-gpt2init.json"
     data = json.loads(path.read_text())
     cfg = data["config"]
     smallest = min(cfg["widths"])
     base_len = cfg["tasks"]["mqar"]["seq_len"]
     runs = [r for r in data["runs"] if r["family"] == "gateloop" and r["task"] == "mqar" and r["seed"] == 0
             and r["width"] == smallest and r["seq_len"] == base_len]
-    assert runs, "results/arena/medium.json has no GateLoop MQAR run at the smallest width, seed 0"
+    assert runs, "results/arena/medium-800steps-gpt2init.json has no GateLoop MQAR run at the smallest width, seed 0"
     recorded = runs[0]
     spec = {k: recorded[k] for k in ("family", "task", "seed", "width", "seq_len", "lr")}
     again = A.run_one(spec, cfg)
@@ -191,6 +199,9 @@ def test_controls_run_beside_the_grid_and_a_task_whose_control_did_not_learn_is_
     assert len(data["runs"]) == 2 and len(data["controls"]) == 2                    # one seed in the quick sizes
     assert {(c["family"], c["task"], c["control"], c["threshold"]) for c in data["controls"]} == {
         ("transformer", "mqar", True, 0.99), ("gateloop", "memorization", True, 0.0)}
+    copied = next(c for c in data["controls"] if c["task"] == "memorization")       # the grid's own run, not again
+    grid_run = next(r for r in data["runs"] if r["task"] == "memorization")
+    assert {k: v for k, v in copied.items() if k not in ("control", "threshold")} == grid_run
     verdicts = result["verdicts"]
     assert verdicts["mqar"]["verdict"] == "inconclusive: the control did not learn"   # 2 steps learn nothing
     assert verdicts["memorization"]["verdict"] == "ranked"

@@ -470,3 +470,18 @@ def test_learning_curves_band_draws_the_mean_and_the_seeds_range():
     assert list(band.y) == [0.1, 0.7, 1.0, 0.9, 0.5, 0.1]          # highest forward, lowest back
     with pytest.raises(ValueError, match="different steps"):
         learning_curves_band({"a": runs + [{"curve": [[0, 0.1], [5, 0.2]]}]}, title="t")
+
+
+def test_accuracy_vs_rate_draws_each_familys_window_with_its_seeds():
+    from seqlab.viz.arena import accuracy_vs_rate
+
+    runs = [{"family": "a", "lr": lr, "accuracy": acc} for lr, acc in ((1e-3, 0.2), (1e-3, 0.4), (3e-3, 0.9),
+                                                                        (3e-3, 1.0), (1e-2, 0.3))]
+    runs.append({"family": "b", "lr": 1e-3, "accuracy": 0.5})
+    fig = accuracy_vs_rate(runs, title="t")
+    band, line = fig.data[:2]
+    assert list(line.x) == [1e-3, 3e-3, 1e-2] and list(line.y) == pytest.approx([0.3, 0.95, 0.3])
+    assert list(band.y) == [0.4, 1.0, 0.3, 0.3, 0.9, 0.2] and line.name == "a (2 seeds)"
+    assert fig.layout.xaxis.type == "log" and fig.data[3].name == "b (1 seed)"
+    with pytest.raises(ValueError, match="runs"):
+        accuracy_vs_rate([], title="t")

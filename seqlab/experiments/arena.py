@@ -20,7 +20,10 @@ The grid (:func:`plan`):
 2. the width sweep: MQAR at every reference width of ``widths`` (each family at its chosen MQAR rate), so that
    accuracy can be drawn against **state size** (floats per sequence after ``seq_len`` tokens, from the decoding
    protocol's ``model.state_size``);
-3. the length sweep: MQAR at every length of ``mqar_lengths`` at the base width.
+3. the length sweep: MQAR at every length of ``mqar_lengths`` at the base width (the families of the optional
+   ``length_sweep_families``, every family where it is not given);
+4. the rate band: on the tasks of the optional ``rate_band_tasks``, every seed at every searched rate, so that
+   accuracy against learning rate can be drawn with the seeds' spread (the window in which a family learns).
 
 Results. Each finished run is appended at once to the results file (``results/arena/<profile>.json`` by
 default): ``{"command", "versions", "wall_s", "profile", "config", "runs": [{"family", "task", "seed",
@@ -69,7 +72,7 @@ SIZES = Sizes("arena", dict(
            "selective_copying": {"seq_len": 32, "num_tokens_to_copy": 4},
            "memorization": {},
            "copying": {"min_len": 6, "max_len": 6},
-           "memory_horizon": {"seq_len": 32}}), optional=("controls", "eval_every"))
+           "memory_horizon": {"seq_len": 32}}), optional=("controls", "eval_every", "length_sweep_families", "rate_band_tasks"))
 
 
 # ----------------------------------------------------------------------------------------------- matched size
@@ -383,6 +386,8 @@ def plan(cfg: dict, done: list[dict]) -> tuple[list[dict], list[dict]]:
         for w in sorted(cfg["widths"]):
             if w != base_w:
                 then += [spec(f, "mqar", s, w, _base_length(cfg, "mqar"), lr) for s in range(cfg["seeds"])]
+        if f not in cfg.get("length_sweep_families", cfg["families"]):
+            continue                                    # a family the profile keeps at the base length
         for length in cfg["mqar_lengths"]:
             if length != _base_length(cfg, "mqar"):
                 then += [spec(f, "mqar", s, base_w, length, lr) for s in range(cfg["seeds"])]
@@ -390,6 +395,10 @@ def plan(cfg: dict, done: list[dict]) -> tuple[list[dict], list[dict]]:
         for f in cfg["families"]:
             if (f, t) in chosen:
                 then += [spec(f, t, s, base_w, _base_length(cfg, t), chosen[(f, t)]) for s in range(1, cfg["seeds"])]
+    for t in [t for t in cfg.get("rate_band_tasks", ()) if t in cfg["tasks"]]:    # every seed at every rate
+        for f in [f for f in cfg["families"] if (f, t) in chosen]:
+            rates = [lr for lr in search_rates(_search(done, cfg, f, t), cfg) if lr != chosen[(f, t)]]
+            then += [spec(f, t, s, base_w, _base_length(cfg, t), lr) for lr in rates for s in range(1, cfg["seeds"])]
     return [s for s in first if missing(s)], [s for s in then if missing(s)]
 
 
@@ -533,8 +542,11 @@ def arena(*, profile: str | None = None, families=None, tasks=None, out="auto", 
     Sizes (``families, seeds, steps, batch_size, n_layers, lrs, reference, base_width, widths, mqar_lengths,
     threads, train_size, test_size, validation_size, tasks``) come from the profile and may be overridden.
 
+    ``length_sweep_families`` (optional): the families the length sweep trains (default: all).
+    ``rate_band_tasks`` (optional): tasks on which every seed runs at every searched rate (default: none).
     ``controls`` (a profile's optional table ``{task: {family, lr, threshold, init, source}}``): after each task's
-    grid, its positive control runs at the same budget, one run per seed, kept under the file's ``controls``.
+    grid, its positive control runs at the same budget, one run per seed, kept under the file's ``controls`` (a run
+    the grid already trained with the same key is copied there, not trained again: training is deterministic).
 
     Returns the results file's contents plus ``"summary"`` (:func:`summarize`), ``"chosen_lr"`` and
     ``"verdicts"`` (:func:`control_verdicts`: a task whose control did not learn is not ranked).
@@ -568,9 +580,13 @@ def arena(*, profile: str | None = None, families=None, tasks=None, out="auto", 
         _run_all(rest, one, workers, record, progress, checkpoint_dir)
         have = {run_key(r) for r in data.get("controls", [])}
         controls = [s for s in control_specs(one, task) if spec_key(s, one) not in have]
-        _run_all(controls, one, workers, lambda run: record({**run, "control": True,
-                                                             "threshold": one["controls"][task]["threshold"]},
-                                                            "controls"), progress, checkpoint_dir)
+        as_control = lambda run: record({**run, "control": True,      # noqa: E731
+                                         "threshold": one["controls"][task]["threshold"]}, "controls")
+        trained = {run_key(r): r for r in data["runs"]}
+        for spec in [s for s in controls if spec_key(s, one) in trained]:   # the grid trained this very run
+            as_control(trained[spec_key(spec, one)])
+        controls = [s for s in controls if spec_key(s, one) not in trained]
+        _run_all(controls, one, workers, as_control, progress, checkpoint_dir)
     chosen = chosen_lrs(data["runs"], cfg)
     return {**data, "summary": summarize(data["runs"], cfg),
             "chosen_lr": {f"{f}/{t}": lr for (f, t), lr in chosen.items()}, "verdicts": control_verdicts(data, cfg)}

@@ -1,7 +1,8 @@
 """Pictures of the arena (lesson 07), drawn from its summary rows (``seqlab.experiments.arena.summarize``) and
 its tasks: one example of a task, the family x task accuracy grid, accuracy against state size and against
 length (one line per family, mean ± spread over seeds), the training time per family, and learning curves read
-from run records (one line per group, the seeds as a band).
+from run records (one line per group, the seeds as a band), and accuracy against learning rate (the window in
+which each family learns, the seeds as a band).
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import plotly.graph_objects as go
 from seqlab.viz.style import SEQUENTIAL, color, new_figure
 
 __all__ = ["example_figure", "accuracy_grid", "accuracy_vs_state", "accuracy_vs_length", "training_time",
-           "learning_curves_band"]
+           "learning_curves_band", "accuracy_vs_rate"]
 
 IGNORE = -100
 
@@ -114,15 +115,44 @@ def learning_curves_band(groups: dict[str, list[dict]], *, title: str,
         if any([s for s, _ in r["curve"]] != steps for r in runs):
             raise ValueError(f"groups: the runs of {label!r} were evaluated at different steps")
         values = [[a for _, a in r["curve"]] for r in runs]
-        lo, hi = [min(v) for v in zip(*values)], [max(v) for v in zip(*values)]
-        mean = [sum(v) / len(v) for v in zip(*values)]
-        fig.add_trace(go.Scatter(x=steps + steps[::-1], y=hi + lo[::-1], fill="toself", fillcolor=color(i),
-                                 opacity=0.2, line=dict(width=0), hoverinfo="skip", showlegend=False))
-        fig.add_trace(go.Scatter(x=steps, y=mean, name=f"{label} ({len(runs)} seeds)", mode="lines",
-                                 line=dict(color=color(i), width=2),
-                                 hovertemplate=f"{label}<br>step %{{x}}<br>mean %{{y:.3f}}<extra></extra>"))
+        _band(fig, i, f"{label} ({len(runs)} seeds)", steps, [list(v) for v in zip(*values)],
+              hover="step %{x}<br>mean %{y:.3f}")
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text=f"{y_title} (band: the seeds' range)", range=[-0.02, 1.02])
     fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.25, xanchor="left", x=0),
                       margin=dict(b=110))
+    return fig
+
+
+def _band(fig: go.Figure, i: int, label: str, x: list, values: list[list[float]], *, hover: str,
+          mode: str = "lines") -> None:
+    """One group's mean as a line, its seeds' lowest and highest as a band around it."""
+    lo, hi = [min(v) for v in values], [max(v) for v in values]
+    mean = [sum(v) / len(v) for v in values]
+    fig.add_trace(go.Scatter(x=x + x[::-1], y=hi + lo[::-1], fill="toself", fillcolor=color(i), opacity=0.2,
+                             line=dict(width=0), hoverinfo="skip", showlegend=False))
+    fig.add_trace(go.Scatter(x=x, y=mean, name=label, mode=mode, line=dict(color=color(i), width=2),
+                             hovertemplate=f"{label}<br>{hover}<extra></extra>"))
+
+
+def accuracy_vs_rate(runs: list[dict], *, title: str, key: str = "accuracy") -> go.Figure:
+    """Each family's ``key`` (test accuracy by default) against the learning rate, from run records of one cell
+    (family, task, width, length) per family: the seeds' mean as a line, their range as a band; a rate with a
+    single seed is drawn as a point without band. The window in which a family learns is where its line is high."""
+    if not runs:
+        raise ValueError("runs: expected at least one run record")
+    fig = new_figure(height=420, width=760, title=title)
+    for i, family in enumerate(dict.fromkeys(r["family"] for r in runs)):
+        by_lr: dict = {}
+        for r in runs:
+            if r["family"] == family:
+                by_lr.setdefault(float(r["lr"]), []).append(r[key])
+        rates = sorted(by_lr)
+        seeds = max(len(v) for v in by_lr.values())
+        _band(fig, i, f"{family} ({seeds} seed{'s' if seeds > 1 else ''})", rates, [by_lr[lr] for lr in rates],
+              hover="lr %{x:.3g}<br>mean %{y:.3f}", mode="lines+markers")
+    fig.update_xaxes(title_text="learning rate", type="log")
+    fig.update_yaxes(title_text=f"{'test' if key == 'accuracy' else key.replace('_', ' ')} (band: the seeds' range)",
+                     range=[-0.02, 1.02])
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.25, xanchor="left", x=0), margin=dict(b=110))
     return fig
