@@ -34,6 +34,9 @@ import json
 import os
 import sys
 
+from seqlab import interrupt
+from seqlab.interrupt import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
+
 
 def parse_value(text: str):
     try:
@@ -138,15 +141,16 @@ def cmd_train(args) -> int:
     try:
         history = train.fit(model, task, steps=args.steps, batch_size=args.batch_size, lr=args.lr, device=device,
                             seed=args.seed, eval_every=args.eval_every, checkpoint=args.checkpoint,
-                            checkpoint_every=args.checkpoint_every, resume=args.resume,
+                            checkpoint_every=args.checkpoint_every, checkpoint_seconds=args.checkpoint_seconds,
+                            resume=args.resume,
                             callbacks=[train.PrintCallback(every, print_fn=tqdm.write)],
                             progress=not args.no_progress, threads=args.threads)
     except train.TrainingInterrupted as stop:
         again = " ".join(a for a in args.argv if a != "--resume") + " --resume"
         if main_rank:
             print(f"\n{stop}" + (f"; resume with: python -m seqlab {again}" if stop.checkpoint else ""),
-                  file=sys.stderr)
-        return 130
+                  file=sys.stderr, flush=True)
+        return interrupt.exit_code(stop.signum)
     final = history.final or {}
     print("final " + " ".join(f"{k}={v:.4f}" for k, v in final.items() if isinstance(v, float)))
     if args.history and main_rank:
@@ -287,12 +291,12 @@ def cmd_experiment(args) -> int:
         kwargs["checkpoint_dir"] = args.checkpoint_dir
     try:
         result = experiments.run(args.name, **kwargs)
-    except train.TrainingInterrupted as stop:
+    except interrupt.Interrupted as stop:
         if main_rank:
-            again = ("; run the same command again to resume" if stop.checkpoint
-                     else "; add --checkpoint-dir DIR to make an experiment resumable")
-            print(f"\n{stop}{again}", file=sys.stderr)
-        return 130
+            again = ("; run the same command again to resume" if getattr(stop, "checkpoint", None)
+                     or args.checkpoint_dir else "; add --checkpoint-dir DIR to make an experiment resumable")
+            print(f"\n{stop}{again}", file=sys.stderr, flush=True)
+        return interrupt.exit_code(stop.signum)
     print(json.dumps(result, indent=2, default=_jsonable))
     return 0
 
@@ -309,9 +313,9 @@ def cmd_reproduce(args) -> int:
     try:
         records = claims.reproduce(ids, profile=profile, seeds=args.seeds, out=out, redo=args.redo,
                                    progress=not args.no_progress)
-    except train.TrainingInterrupted as stop:
-        print(f"\n{stop}; run the same command again to resume", file=sys.stderr)
-        return 130
+    except interrupt.Interrupted as stop:
+        print(f"\n{stop}; run the same command again to resume", file=sys.stderr, flush=True)
+        return interrupt.exit_code(stop.signum)
     print(claims.summary_table(records))
     print(f"records, figures, claims.json and README.md in {out}")
     return 0
@@ -337,8 +341,12 @@ def make_parser() -> argparse.ArgumentParser:
     t.add_argument("--threads", type=int, default=None, help="CPU intra-op threads (1 is fastest for small models "
                    "on a busy machine)")
     t.add_argument("--checkpoint", default=None, help="file to save the run to (and resume from); also written "
-                   "on Ctrl-C")
-    t.add_argument("--checkpoint-every", type=int, default=None)
+                   "on Ctrl-C, SIGTERM and SIGUSR1 (after the step in progress; exit code 130, 143, 138)")
+    t.add_argument("--checkpoint-every", type=int, default=None, metavar="STEPS",
+                   help=f"periodic saves every STEPS steps (default {CHECKPOINT_EVERY}) or every --checkpoint-seconds, "
+                        "whichever comes first: what a kill -9 or a node failure can lose")
+    t.add_argument("--checkpoint-seconds", type=float, default=None, metavar="S",
+                   help=f"periodic saves every S seconds of wall time (default {CHECKPOINT_SECONDS:g})")
     t.add_argument("--resume", action="store_true", help="continue from --checkpoint if it exists (a larger "
                    "--steps extends the run, on the schedule of the new total)")
     t.add_argument("--config", nargs="*", metavar="KEY=VALUE", help="model config, e.g. d_model=64 n_layers=2 n_heads=4 (python -m seqlab list shows the models)")
@@ -419,7 +427,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.argv = list(sys.argv[1:] if argv is None else argv)     # for the resume line after a Ctrl-C
     try:
-        return args.func(args)
+        with interrupt.handling():          # SIGTERM and SIGUSR1 stop a command as Ctrl-C does
+            return args.func(args)
+    except interrupt.Interrupted as stop:   # outside a command's own handling (loading, printing)
+        print(f"\n{stop}", file=sys.stderr, flush=True)
+        return interrupt.exit_code(stop.signum)
+    except KeyboardInterrupt:
+        print("\nstopped by SIGINT", file=sys.stderr, flush=True)
+        return 130
     except (ValueError, TypeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -350,18 +350,18 @@ def command(claim_id: str, profile: str, seeds: int) -> str:
 
 
 def _read(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    """A claim's JSON file; None where there is none. A corrupted one raises ``ResultsError`` naming it (it is
+    never taken for a missing file, so never overwritten by the next run)."""
+    from seqlab import results
+
+    return results.read_json(path)
 
 
 def _write(path: Path, data) -> None:
-    """JSON, written to a temporary file and moved into place (a reader never sees half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    """JSON, written to this writer's own temporary file and moved into place (``seqlab.results.write_json``)."""
+    from seqlab import results
+
+    results.write_json(path, data)
 
 
 def gather(out: str | os.PathLike) -> dict:
@@ -511,10 +511,23 @@ def reproduce(ids=None, *, profile: str | None = None, seeds: int = 3, out=None,
 
 def write_summary(out) -> None:
     """``claims.json`` and ``README.md`` of the folder ``out``, from the claim records in it."""
+    from filelock import FileLock
+
     out = Path(out)
-    gathered = gather(out)
-    _write(out / "claims.json", gathered)
-    (out / "README.md").write_text(render_readme(gathered, notes_dir=out / "notes"))
+    out.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out / "claims.json.lock")):    # two reproduce sittings side by side: the last gather has all
+        gathered = gather(out)
+        _write(out / "claims.json", gathered)
+        _write_text(out / "README.md", render_readme(gathered, notes_dir=out / "notes"))
+
+
+def _write_text(path: Path, text: str) -> None:
+    from seqlab import results
+
+    try:
+        path.write_text(text)
+    except OSError as err:
+        raise results.ResultsError(results.write_failure(path, err)) from err
 
 
 class _figure_server:

@@ -70,3 +70,12 @@ def all_sum(values: list[float], device: torch.device) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(t)
     return t.tolist()
+
+
+def all_max(values: list[float], device: torch.device) -> list[float]:
+    """Maxima over the ranks (a stop flag raised on one rank reaches every rank), in float64."""
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()

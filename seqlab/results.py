@@ -11,19 +11,24 @@ A results file is one JSON object (the arena's and the init measurement's: ``{"c
 4. write a temporary file whose name is this writer's own, and replace the file with it (atomic: a reader sees
    the old file or the new one, never half of one).
 
-A file that is not valid JSON raises :class:`ResultsError` naming it and what to do; it is never overwritten.
+A file that is not valid JSON raises :class:`ResultsError` naming it and what to do; it is never overwritten. A
+write that fails (a full disk, a folder gone read-only or vanished) raises :class:`ResultsError` naming the file
+and the cause (:func:`write_failure`), leaves no temporary file and keeps the file as it was. The claims' one-record
+files use the same two steps (:func:`read_json`, :func:`write_json`).
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import uuid
 from pathlib import Path
 from typing import Callable, Iterable
 
 from filelock import FileLock
 
-__all__ = ["ResultsError", "read", "merge", "LISTS"]
+__all__ = ["ResultsError", "read", "merge", "read_json", "write_json", "write_failure", "LISTS"]
 
 LISTS = ("runs", "controls")       # the lists of records a results file holds
 
@@ -50,14 +55,58 @@ def read(path: str | os.PathLike) -> dict:
     return data
 
 
-def _write(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_failure(path, err: BaseException) -> str:
+    """Why writing ``path`` failed, in words: a full disk (torch's own error on one carries no errno, so the free
+    space of the folder is looked at), a read-only or vanished folder, or the error itself."""
+    code = getattr(err, "errno", None)
+    folder = os.path.dirname(os.path.abspath(path))
+    if code is None:
+        try:
+            if shutil.disk_usage(folder).free < 1 << 20:
+                code = errno.ENOSPC
+        except OSError:
+            code = errno.ENOENT
+    if code == errno.ENOSPC:
+        return f"no space left on device while writing {path}"
+    if code in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return f"{path} cannot be written (read-only or not permitted: {os.strerror(code)})"
+    if code == errno.ENOENT:
+        return f"the folder of {path} vanished while writing it"
+    return f"writing {path} failed ({type(err).__name__}: {err})"
+
+
+def write_json(path: str | os.PathLike, data) -> None:
+    """``data`` as JSON at ``path``: written to a temporary file of this writer's own, then moved into place (a
+    reader never sees half a file). A failure raises :class:`ResultsError` naming the file and the cause; the
+    file keeps what it held and no temporary file is left."""
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")   # this writer's own
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(json.dumps(data, indent=1) + "\n")
         os.replace(tmp, path)
+    except OSError as err:
+        raise ResultsError(f"{write_failure(path, err)}; the file keeps what it held") from err
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def read_json(path: str | os.PathLike):
+    """The JSON at ``path``; None where there is no file. A file that is not valid JSON raises
+    :class:`ResultsError` naming it: it is never taken for a missing one (and so never overwritten)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ResultsError(f"{path}: not valid JSON ({err}); it is left as it is. Move it aside (or mend it) and "
+                           "run again") from None
+
+
+_write = write_json
 
 
 def merge(path: str | os.PathLike, *, key: Callable[[dict], tuple], runs: Iterable[dict] = (),

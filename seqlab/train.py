@@ -29,8 +29,11 @@ continues the same run bit-for-bit on CPU.
 """
 from __future__ import annotations
 
+import contextlib
+import glob
 import math
 import os
+import signal
 import tempfile
 import time
 from functools import lru_cache
@@ -40,13 +43,15 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from seqlab import config, distributed
+from seqlab import config, distributed, interrupt
 from seqlab.config import model_device
+from seqlab.interrupt import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, Interrupted, signal_name
+from seqlab.results import write_failure
 from seqlab.tasks.base import Task
 
 __all__ = ["fit", "evaluate", "History", "StopTraining", "TrainingInterrupted", "check_compatible", "lr_at",
            "batch_indices", "save_checkpoint", "load_checkpoint", "load_model", "CheckpointError", "model_device",
-           "PrintCallback", "observe", "num_targets", "check_initial_loss", "first_step_at", "run_summary",
+           "PrintCallback", "CHECKPOINT_EVERY", "CHECKPOINT_SECONDS", "remove_stale_temporaries", "observe", "num_targets", "check_initial_loss", "first_step_at", "run_summary",
            "INITIAL_LOSS_TOLERANCE", "THRESHOLDS"]
 
 
@@ -54,14 +59,24 @@ class StopTraining(Exception):
     """Raise from a callback to end ``fit`` after the current step."""
 
 
-class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C during ``fit``: ``step`` optimizer steps were done and, with a checkpoint, saved to ``checkpoint``
-    (``None`` without one). Still a ``KeyboardInterrupt``: whatever stops on Ctrl-C stops on it."""
+class TrainingInterrupted(Interrupted):
+    """Ctrl-C, SIGTERM or SIGUSR1 during ``fit`` (``signum``; :mod:`seqlab.interrupt`): ``step`` optimizer steps
+    were done and, with a checkpoint, saved to ``checkpoint`` (``None`` without one; ``saved=False`` when a forced
+    second signal came inside an optimizer step: the file then holds its last periodic save). Still a
+    ``KeyboardInterrupt``: whatever stops on Ctrl-C stops on it."""
 
-    def __init__(self, step: int, checkpoint: str | None):
-        self.step, self.checkpoint = step, checkpoint
-        saved = f", saved to {checkpoint}" if checkpoint else " (no checkpoint was asked for: nothing saved)"
-        super().__init__(f"stopped at step {step}{saved}")
+    def __init__(self, step: int, checkpoint: str | None, signum: int = signal.SIGINT, saved: bool = True):
+        self.step, self.checkpoint, self.saved = step, checkpoint, saved
+        if not checkpoint:
+            where = " (no checkpoint was asked for: nothing saved)"
+        elif saved:
+            where = f", saved to {checkpoint}"
+        else:
+            where = f" inside a step: {checkpoint} keeps its last save"
+        super().__init__(signum, f"stopped by {signal_name(signum)} at step {step}{where}")
+
+    def __reduce__(self):
+        return (type(self), (self.step, self.checkpoint, self.signum, self.saved))
 
 
 # ----------------------------------------------------------------------------- history
@@ -278,20 +293,41 @@ def batch_indices(n: int, batch_size: int, seed: int, step: int) -> torch.Tensor
 # ----------------------------------------------------------------------------- checkpoints
 
 
-def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
-    """``torch.save`` to a temporary file in the same folder, then ``os.replace`` (atomic)."""
+
+def _tmp_prefix(path: str) -> str:
+    return f".{os.path.basename(path)}.tmp-"
+
+
+def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
+    """Remove the temporary files a killed save of ``path`` left in its folder (one writer per checkpoint)."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=folder)
+    stale = glob.glob(os.path.join(glob.escape(folder), glob.escape(_tmp_prefix(path)) + "*"))
+    for tmp in stale:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+    return stale
+
+
+def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
+    """``torch.save`` to a temporary file in the same folder, then ``os.replace`` (atomic): the file at ``path``
+    is the old checkpoint or the new one, never half of one. A failure (full disk, read-only folder, vanished
+    path) leaves no temporary file and raises :class:`CheckpointError` naming the file and the cause."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = None
     try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=".pt", dir=folder)
         with os.fdopen(fd, "wb") as fh:
             torch.save(state, fh)
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+        tmp = None
+    except (OSError, RuntimeError) as err:
+        raise CheckpointError(write_failure(path, err)) from err
+    finally:
+        if tmp is not None and os.path.exists(tmp):
             os.remove(tmp)
-        raise
 
 
 class CheckpointError(ValueError):
@@ -425,7 +461,8 @@ def fit(model: nn.Module, task: Task, *, steps: int, batch_size: int, lr: float,
         seed: int = 0, callbacks: Iterable[Callable] = (), weight_decay: float = 0.01, warmup: int | None = None,
         clip: float | None = 1.0, final_lr_ratio: float = 0.1, eval_every: int | None = None,
         eval_split: str | None = "test", eval_batch_size: int = 256, final_eval: bool = True,
-        checkpoint: str | os.PathLike | None = None, checkpoint_every: int | None = None, resume: bool = False,
+        checkpoint: str | os.PathLike | None = None, checkpoint_every: int | None = None,
+        checkpoint_seconds: float | None = None, resume: bool = False,
         progress: bool = True, desc: str | None = None, threads: int | None = None,
         betas: tuple[float, float] = (0.9, 0.95), eval_at_start: bool = False) -> History:
     """Train ``model`` on ``task.splits["train"]`` for ``steps`` optimizer steps.
@@ -436,9 +473,13 @@ def fit(model: nn.Module, task: Task, *, steps: int, batch_size: int, lr: float,
     the torch RNG (dropout). Every ``eval_every`` steps, and once at the end (``final_eval``),
     ``evaluate`` runs on ``eval_split``; the last one is ``history.final``.
 
-    ``checkpoint=path`` writes the run's state there every ``checkpoint_every`` steps, at the end and on
-    Ctrl-C (atomically; Ctrl-C then raises :class:`TrainingInterrupted`, a ``KeyboardInterrupt``, saying
-    the step). With ``resume=True`` and an existing file, training continues from it: the result is
+    ``checkpoint=path`` writes the run's state there every ``checkpoint_every`` steps (default
+    :data:`CHECKPOINT_EVERY`) or ``checkpoint_seconds`` of wall time (default :data:`CHECKPOINT_SECONDS`),
+    whichever comes first, at the end, and when Ctrl-C, SIGTERM or SIGUSR1 arrives (:mod:`seqlab.interrupt`: the
+    step in progress is finished first, then the file is written atomically and :class:`TrainingInterrupted`, a
+    ``KeyboardInterrupt``, says the step). A full disk or a folder gone read-only gets a :class:`CheckpointError`
+    naming the file and the cause; the previous checkpoint is kept. Under torchrun every rank stops at the same
+    step. With ``resume=True`` and an existing file, training continues from it: the result is
     bit-for-bit the run that was never interrupted (on CPU; after a Ctrl-C inside a step with dropout,
     the same run but for that step's dropout draws). A larger ``steps`` extends a finished or saved
     run on the schedule of the new total (see :func:`_restore`). A run that a callback stopped
@@ -460,7 +501,8 @@ def fit(model: nn.Module, task: Task, *, steps: int, batch_size: int, lr: float,
                     callbacks=callbacks, weight_decay=weight_decay, warmup=warmup, clip=clip,
                     final_lr_ratio=final_lr_ratio, eval_every=eval_every, eval_split=eval_split,
                     eval_batch_size=eval_batch_size, final_eval=final_eval, checkpoint=checkpoint,
-                    checkpoint_every=checkpoint_every, resume=resume, progress=progress, desc=desc, betas=betas,
+                    checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds, resume=resume,
+                    progress=progress, desc=desc, betas=betas,
                     eval_at_start=eval_at_start or bool(_OBSERVERS))
     finally:
         if threads is not None:
@@ -472,13 +514,15 @@ def fit(model: nn.Module, task: Task, *, steps: int, batch_size: int, lr: float,
 
 def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_decay, warmup, clip,
          final_lr_ratio, eval_every, eval_split, eval_batch_size, final_eval, checkpoint, checkpoint_every,
+         checkpoint_seconds,
          resume, progress, desc, betas, eval_at_start) -> History:
     _check_fit_args(steps=steps, batch_size=batch_size, lr=lr, eval_every=eval_every,
-                    checkpoint_every=checkpoint_every, seed=seed)
+                    checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds, seed=seed)
     if resume and checkpoint is None:
         raise ValueError("resume: resume=True needs checkpoint=PATH")
     if checkpoint is not None:
         check_writable(checkpoint)
+        remove_stale_temporaries(checkpoint)      # what a kill inside an earlier save left behind
     check_compatible(model, task)
     if "train" not in task.splits:
         raise ValueError(f"task {task.name!r} has no 'train' split (splits: {sorted(task.splits)})")
@@ -522,11 +566,32 @@ def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_
     if world > 1:
         net = nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
 
+    every = checkpoint_every or CHECKPOINT_EVERY
+    seconds = CHECKPOINT_SECONDS if checkpoint_seconds is None else checkpoint_seconds
+    saved = {"step": start if checkpoint is not None and resume and start else None, "at": time.perf_counter()}
+
     def snapshot(step: int, stopped: bool = False) -> None:
         if checkpoint is not None and rank == 0:
-            save_checkpoint(checkpoint, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                         "step": step, "run": run, "records": history.records, "rng": _rng_state(),
-                                         "stopped": stopped})
+            try:
+                save_checkpoint(checkpoint, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                             "step": step, "run": run, "records": history.records,
+                                             "rng": _rng_state(), "stopped": stopped})
+            except CheckpointError as err:
+                kept = (f"the previous checkpoint at step {saved['step']} is intact" if saved["step"] is not None
+                        else "no earlier checkpoint of this run was written")
+                raise CheckpointError(f"{err} (at step {step}); {kept}") from err.__cause__
+        saved.update(step=step, at=time.perf_counter())
+
+    def due(step: int) -> bool:
+        """A periodic save: every ``every`` steps or ``seconds`` of wall time, whichever comes first."""
+        return step % every == 0 or (seconds is not None and time.perf_counter() - saved["at"] >= seconds)
+
+    def stop_signal() -> int | None:
+        """The signal this loop was asked to stop by; under torchrun, one rank's signal stops every rank."""
+        signum = interrupt.requested()
+        if world > 1:
+            signum = int(distributed.all_max([float(signum or 0)], dev)[0]) or None
+        return signum
 
     def emit(record: dict) -> None:
         history.append(record)
@@ -538,68 +603,82 @@ def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_
     bar = tqdm(total=steps, initial=start, disable=not progress, desc=desc or f"{run['model']} on {task.name}",
                dynamic_ncols=True, leave=True)
     step, t0, done = start, time.perf_counter(), start
+    applying = False                  # inside optimizer.step(): the parameters are half updated
     try:
-        for step in range(start, steps):
-            t_step = time.perf_counter()
-            lr_now = lr_at(step, lr=lr, steps=steps, warmup=warmup, final_lr_ratio=final_lr_ratio)
-            for group in optimizer.param_groups:
-                group["lr"] = lr_now
-            index = batch_indices(n_train, batch_size, seed, step)
-            if world > 1:
-                index = distributed.shard(index, rank, world)
-            batch = _batch_to(task.batch_at("train", index), dev)
-            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=use_amp):
-                logits = net(batch["input_ids"])
-            loss = task.loss(logits, batch)
-            s, c = task.metrics(logits.detach(), batch)["accuracy"]
-            objective = loss
-            if world > 1:   # the global batch's mean loss: this rank's sum over the global count (module doc)
-                n = task.scored(batch)
-                local_sum = loss * n if n else logits.sum() * 0.0
-                total_sum, total_n, s, c = distributed.all_sum([float(local_sum.detach()), n, s, c], dev)
-                objective = local_sum * (world / max(total_n, 1.0))
-                loss = torch.tensor(total_sum / max(total_n, 1.0))
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"fit: the training loss became {float(loss)} at step {step + 1} "
-                                         f"(lr {lr_now:.3g}); lower lr or check the model's numerics")
-            optimizer.zero_grad(set_to_none=True)
-            objective.backward()
-            if clip is not None:
-                nn.utils.clip_grad_norm_(model.parameters(), clip)
-            optimizer.step()
-            done = step + 1
-            elapsed = time.perf_counter() - t_step
-            record = {"step": step + 1, "split": "train", "loss": float(loss.detach()), "accuracy": s / max(1, c),
-                      "lr": lr_now, "tokens_per_s": batch["input_ids"].numel() / max(elapsed, 1e-9),
-                      "time": time.perf_counter() - t0}
-            bar.update(1)
-            bar.set_postfix(loss=f"{record['loss']:.4f}", acc=f"{record['accuracy']:.3f}", refresh=False)
-            stop = False
-            try:
-                emit(record)
-                # the last step's evaluation is the final one (below) unless final_eval is off
-                if eval_every and eval_split and (step + 1) % eval_every == 0 and (step + 1 < steps or not final_eval):
-                    emit({"step": step + 1, "split": eval_split,
-                          **evaluate(model, task, eval_split, batch_size=eval_batch_size)})
-            except StopTraining:
-                stop = True
-            if checkpoint is not None and (stop or (checkpoint_every and (step + 1) % checkpoint_every == 0)):
-                snapshot(step + 1, stopped=stop)
-            if stop:
-                break
-        else:
-            if final_eval and eval_split:
-                history.final = evaluate(model, task, eval_split, batch_size=eval_batch_size)
-                if start < steps:  # a finished run that is resumed again already holds this record
-                    emit({"step": steps, "split": eval_split, **history.final})
-            if checkpoint is not None:
-                snapshot(steps)
+        with interrupt.stepping():    # Ctrl-C, SIGTERM, SIGUSR1: a flag read between two steps
+            for step in range(start, steps):
+                t_step = time.perf_counter()
+                lr_now = lr_at(step, lr=lr, steps=steps, warmup=warmup, final_lr_ratio=final_lr_ratio)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr_now
+                index = batch_indices(n_train, batch_size, seed, step)
+                if world > 1:
+                    index = distributed.shard(index, rank, world)
+                batch = _batch_to(task.batch_at("train", index), dev)
+                with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=use_amp):
+                    logits = net(batch["input_ids"])
+                loss = task.loss(logits, batch)
+                s, c = task.metrics(logits.detach(), batch)["accuracy"]
+                objective = loss
+                if world > 1:   # the global batch's mean loss: this rank's sum over the global count (module doc)
+                    n = task.scored(batch)
+                    local_sum = loss * n if n else logits.sum() * 0.0
+                    total_sum, total_n, s, c = distributed.all_sum([float(local_sum.detach()), n, s, c], dev)
+                    objective = local_sum * (world / max(total_n, 1.0))
+                    loss = torch.tensor(total_sum / max(total_n, 1.0))
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"fit: the training loss became {float(loss)} at step {step + 1} "
+                                             f"(lr {lr_now:.3g}); lower lr or check the model's numerics")
+                optimizer.zero_grad(set_to_none=True)
+                objective.backward()
+                if clip is not None:
+                    nn.utils.clip_grad_norm_(model.parameters(), clip)
+                applying = True
+                optimizer.step()
+                applying, done = False, step + 1
+                elapsed = time.perf_counter() - t_step
+                record = {"step": step + 1, "split": "train", "loss": float(loss.detach()),
+                          "accuracy": s / max(1, c), "lr": lr_now,
+                          "tokens_per_s": batch["input_ids"].numel() / max(elapsed, 1e-9),
+                          "time": time.perf_counter() - t0}
+                bar.update(1)
+                bar.set_postfix(loss=f"{record['loss']:.4f}", acc=f"{record['accuracy']:.3f}", refresh=False)
+                stop = False
+                try:
+                    emit(record)
+                    # the last step's evaluation is the final one (below) unless final_eval is off
+                    if eval_every and eval_split and (step + 1) % eval_every == 0 and (step + 1 < steps
+                                                                                      or not final_eval):
+                        emit({"step": step + 1, "split": eval_split,
+                              **evaluate(model, task, eval_split, batch_size=eval_batch_size)})
+                except StopTraining:
+                    stop = True
+                signum = stop_signal()
+                if signum is not None and step + 1 < steps:
+                    raise Interrupted(signum)                  # saved below, at the step just finished
+                if checkpoint is not None and (stop or (step + 1 < steps and due(step + 1))):
+                    snapshot(step + 1, stopped=stop)
+                if stop:
+                    break
+            else:
+                if final_eval and eval_split:
+                    history.final = evaluate(model, task, eval_split, batch_size=eval_batch_size)
+                    if start < steps:  # a finished run that is resumed again already holds this record
+                        emit({"step": steps, "split": eval_split, **history.final})
+                if checkpoint is not None:
+                    snapshot(steps)
+            signum = stop_signal()            # a signal during the last step: the run is finished and saved
+            if signum is not None:
+                raise TrainingInterrupted(done, None if checkpoint is None else os.fspath(checkpoint), signum)
     except KeyboardInterrupt as stop:
+        interrupt.take()
         if isinstance(stop, TrainingInterrupted):
             raise
-        if checkpoint is not None:   # the steps done so far; the batches are a function of (seed, step)
+        signum = getattr(stop, "signum", signal.SIGINT)
+        path = None if checkpoint is None else os.fspath(checkpoint)
+        if checkpoint is not None and not applying:    # the steps done; the batches are a function of (seed, step)
             snapshot(done)
-        raise TrainingInterrupted(done, None if checkpoint is None else os.fspath(checkpoint)) from None
+        raise TrainingInterrupted(done, path, signum, saved=not applying) from None
     finally:
         bar.close()
     _call_hook(callbacks, "on_fit_end", history)
@@ -617,6 +696,9 @@ def _check_fit_args(**kw) -> None:
         v = kw[name]
         if v is not None and (not isinstance(v, int) or v < 1):
             raise ValueError(f"{name}: expected None or a positive int, got {v!r}")
+    v = kw.get("checkpoint_seconds")
+    if v is not None and (not isinstance(v, (int, float)) or not v > 0):
+        raise ValueError(f"checkpoint_seconds: expected None or a positive number, got {v!r}")
     if not isinstance(kw["seed"], int) or kw["seed"] < 0:
         raise ValueError(f"seed: expected a non-negative int, got {kw['seed']!r}")
 

@@ -103,7 +103,7 @@ def test_ctrl_c_saves_the_run_and_resume_continues_it(tmp_path, capsys, monkeypa
     capsys.readouterr()
     assert main(_train(tmp_path / "b.pt")) == 130
     err = capsys.readouterr().err
-    assert f"stopped at step 3, saved to {tmp_path / 'b.pt'}; resume with: python -m seqlab train" in err
+    assert f"stopped by SIGINT at step 3, saved to {tmp_path / 'b.pt'}; resume with: python -m seqlab train" in err
     assert err.rstrip().endswith("--resume")
     monkeypatch.undo()
     assert main(_train(tmp_path / "b.pt", "--resume", "--history", str(cut))) == 0

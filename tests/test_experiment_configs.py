@@ -141,7 +141,7 @@ def test_cli_experiment_ctrl_c_says_how_to_resume(tmp_path, capsys, monkeypatch)
              "progress=False"]
     assert main(["experiment", "gateloop-memory-horizon", *sizes, "--checkpoint-dir", str(tmp_path)]) == 130
     err = capsys.readouterr().err
-    assert f"stopped at step 2, saved to {tmp_path / 'data_controlled-seed0.pt'}" in err
+    assert f"stopped by SIGINT at step 2, saved to {tmp_path / 'data_controlled-seed0.pt'}" in err
     assert "run the same command again to resume" in err
     assert main(["experiment", "gateloop-memory-horizon", *sizes]) == 130
     assert "add --checkpoint-dir DIR" in capsys.readouterr().err

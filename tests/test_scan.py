@@ -244,3 +244,19 @@ def test_compiled_rounds_like_the_loop_on_real_inputs():
     for reverse in (False, True):
         assert torch.equal(linear_scan(a, x, h0, reverse=reverse, mode="numba"),
                            linear_scan(a, x, h0, reverse=reverse, mode="sequential"))
+
+
+def test_a_numba_loop_leaves_torchs_thread_count_as_it_was():
+    """Numba's OpenMP pool shares the runtime with torch: launching it reset torch's intra-op threads (one
+    thread became every core, and sums rounded differently from the first compiled call on). A fresh process,
+    where the pool is launched by the call itself."""
+    import subprocess
+    import sys
+
+    code = ("import torch; torch.set_num_threads(1)\n"
+            "from seqlab.ops import linear_scan\n"
+            "linear_scan(torch.rand(2, 5, 3), torch.rand(2, 5, 3), mode='numba')\n"
+            "print(torch.get_num_threads())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "1"

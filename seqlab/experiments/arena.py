@@ -490,12 +490,33 @@ def summarize(runs: list[dict], cfg: dict) -> list[dict]:
 
 
 def _worker(args):
+    from seqlab import interrupt
+
     spec, cfg, checkpoint_dir = args
-    return run_one(spec, cfg, checkpoint_dir=checkpoint_dir)     # a worker checkpoints as a single run does
+    with interrupt.handling():              # SIGTERM: the run saves after its step, as in one process
+        return run_one(spec, cfg, checkpoint_dir=checkpoint_dir)
+
+
+def _stop_workers(pool, futures, signum: int, record) -> None:
+    """The sitting was asked to stop: pass the signal to each worker (a run saves after its step and stops),
+    start nothing new, wait for them, and keep every run that finished meanwhile."""
+    import os
+
+    for process in list(getattr(pool, "_processes", {}).values()):
+        try:
+            os.kill(process.pid, signum)
+        except (ProcessLookupError, OSError):
+            pass
+    pool.shutdown(wait=True, cancel_futures=True)
+    for fut in futures:
+        if fut.done() and not fut.cancelled() and fut.exception() is None and not getattr(fut, "recorded", False):
+            record(fut.result())
 
 
 def _run_all(specs: list[dict], cfg: dict, workers: int, record, progress: bool, checkpoint_dir) -> None:
     from tqdm.auto import tqdm
+
+    from seqlab import interrupt
 
     bar = tqdm(total=len(specs), desc="arena", disable=not progress, leave=False)
     try:
@@ -505,13 +526,23 @@ def _run_all(specs: list[dict], cfg: dict, workers: int, record, progress: bool,
                 bar.update()
             return
         import multiprocessing
+        import signal
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = [pool.submit(_worker, (spec, cfg, checkpoint_dir)) for spec in specs]
-            for fut in as_completed(futures):
-                record(fut.result())
-                bar.update()
+            try:
+                for fut in as_completed(futures):
+                    record(fut.result())          # a worker's TrainingInterrupted (it saved) comes out here
+                    fut.recorded = True
+                    bar.update()
+            except KeyboardInterrupt as stop:     # Ctrl-C, SIGTERM, SIGUSR1 to the sitting or to a worker
+                signum = getattr(stop, "signum", signal.SIGINT)
+                _stop_workers(pool, futures, signum, record)
+                raise interrupt.Interrupted(signum, f"the arena stopped by {interrupt.signal_name(signum)}; every "
+                                                    "finished run is in the results file"
+                                            + (f", each stopped run saved under {checkpoint_dir}"
+                                               if checkpoint_dir else "")) from None
     finally:
         bar.close()
 

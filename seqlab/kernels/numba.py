@@ -63,7 +63,16 @@ def as_numpy(t: torch.Tensor):
 
 
 def use_threads() -> int:
-    n = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    """Numba's threads for the next loop: torch's intra-op count (at most Numba's pool), torch's left as it was.
+
+    Numba's OpenMP threading layer shares the OpenMP runtime with torch: launching its pool (the first call
+    here) or resizing it resets the runtime's thread count, which torch's own parallel loops then use (a
+    torch on one thread found itself on every core, and its sums rounded differently from then on). The
+    count torch had is put back."""
+    torch_threads = torch.get_num_threads()
+    n = max(1, min(torch_threads, numba.config.NUMBA_NUM_THREADS))
     if numba.get_num_threads() != n:   # (setting it costs more than asking)
         numba.set_num_threads(n)
+    if torch.get_num_threads() != torch_threads:
+        torch.set_num_threads(torch_threads)
     return n
