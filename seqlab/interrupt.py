@@ -21,7 +21,8 @@ import contextlib
 import signal
 import threading
 
-__all__ = ["Interrupted", "SIGNALS", "CHECKPOINT_EVERY", "CHECKPOINT_SECONDS", "handling", "stepping", "requested", "take", "exit_code", "signal_name"]
+__all__ = ["Interrupted", "SIGNALS", "CHECKPOINT_EVERY", "CHECKPOINT_SECONDS", "handling", "stepping", "requested",
+           "take", "exit_code", "signal_name"]
 
 CHECKPOINT_EVERY = 500           # steps between two periodic saves of a run that has a checkpoint ...
 CHECKPOINT_SECONDS = 300.0       # ... or seconds of wall time, whichever comes first

@@ -120,6 +120,9 @@ def merge(path: str | os.PathLike, *, key: Callable[[dict], tuple], runs: Iterab
         data = read(path)
         data.update(fields or {})
         for name, new in (("runs", runs), ("controls", controls)):
+            new = list(new)
+            if not new:
+                continue
             have = {key(r) for r in data[name]}
             for record in new:
                 if key(record) not in have:

@@ -51,7 +51,8 @@ from seqlab.tasks.base import Task
 
 __all__ = ["fit", "evaluate", "History", "StopTraining", "TrainingInterrupted", "check_compatible", "lr_at",
            "batch_indices", "save_checkpoint", "load_checkpoint", "load_model", "CheckpointError", "model_device",
-           "PrintCallback", "CHECKPOINT_EVERY", "CHECKPOINT_SECONDS", "remove_stale_temporaries", "observe", "num_targets", "check_initial_loss", "first_step_at", "run_summary",
+           "PrintCallback", "CHECKPOINT_EVERY", "CHECKPOINT_SECONDS", "remove_stale_temporaries", "observe",
+           "num_targets", "check_initial_loss", "first_step_at", "run_summary",
            "INITIAL_LOSS_TOLERANCE", "THRESHOLDS"]
 
 

@@ -47,7 +47,8 @@ from seqlab.train import INITIAL_LOSS_TOLERANCE, THRESHOLDS, check_initial_loss,
 from seqlab.experiments._common import Sizes, checkpointing, profile_sizes
 
 __all__ = ["FAMILIES", "TASKS", "SIZES", "arena", "core_parameters", "matched_width", "plan", "chosen_lrs", "in_grid",
-           "run_key", "first_step_at", "search_rates", "rate_grid", "control_specs", "control_verdicts", "summarize", "load", "default_out", "run_one", "RESULTS_DIR"]
+           "run_key", "first_step_at", "search_rates", "rate_grid", "control_specs", "control_verdicts", "summarize",
+           "load", "default_out", "run_one", "RESULTS_DIR"]
 
 FAMILIES = ("transformer", "linear-transformer", "causalrn", "linear-causalrn", "lrnn", "lightnet", "gateloop")
 TASKS = ("mqar", "in_context_recall", "fuzzy_in_context_recall", "noisy_in_context_recall", "selective_copying",
@@ -72,7 +73,8 @@ SIZES = Sizes("arena", dict(
            "selective_copying": {"seq_len": 32, "num_tokens_to_copy": 4},
            "memorization": {},
            "copying": {"min_len": 6, "max_len": 6},
-           "memory_horizon": {"seq_len": 32}}), optional=("controls", "eval_every", "length_sweep_families", "rate_band_tasks"))
+           "memory_horizon": {"seq_len": 32}}),
+    optional=("controls", "eval_every", "length_sweep_families", "rate_band_tasks"))
 
 
 # ----------------------------------------------------------------------------------------------- matched size
