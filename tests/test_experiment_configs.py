@@ -31,7 +31,7 @@ def test_every_size_table_reads_its_full_sizes_from_the_config(name):
     assert tables, f"{name} has a config but no Sizes table reads it"
     for table in tables:
         full = table["full"]
-        assert set(full) == set(table.quick)
+        assert set(full) - set(table.optional) == set(table.quick)    # optional keys: where a profile sets them
         assert full != table["quick"]
         # steps grow, or at least stay: the paper's runs are never shorter than the quick ones
         for key in ("steps", "max_steps"):
@@ -184,7 +184,8 @@ def test_the_medium_profile_reads_configs_medium_and_falls_back_to_quick(monkeyp
 
     medium = gateloop.SIZES["medium"]
     assert medium["steps"] == 1000 and medium["validation_size"] == 200 and medium["betas"] == [0.9, 0.98]
-    assert "validation_size" not in gateloop.SIZES["quick"] and "betas" not in gateloop.SIZES["full"]
+    assert "validation_size" not in gateloop.SIZES["quick"] and "betas" not in gateloop.SIZES["quick"]
+    assert gateloop.SIZES["full"]["betas"] == medium["betas"]                       # App. C.1's, in both
     assert lightnet.DIGITS_SIZES["medium"] == lightnet.DIGITS_SIZES["quick"]
     monkeypatch.setenv("SEQLAB_PROFILE", "medium")
     assert _common.profile_sizes(gateloop.SIZES, None, {"steps": 3})["steps"] == 3
@@ -252,3 +253,24 @@ def test_the_readme_config_table_and_train_file_are_true(tmp_path, capsys):
     assert main(["train", "--config-file", str(path), "--steps", "1", "--batch-size", "2", "--no-progress",
                  "--threads", "1", "--task-config", "train_size=8", "test_size=4"]) == 0
     assert "model gateloop" in capsys.readouterr().out
+
+
+OPTIMISER_KEYS = ("betas", "weight_decay", "clip", "final_lr_ratio")
+
+
+def _flat(table: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in table.items():
+        out.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value})
+    return out
+
+
+@pytest.mark.parametrize("full", [p for p in CONFIGS if (_common.MEDIUM_DIR / p.name).is_file()], ids=lambda p: p.stem)
+def test_the_medium_and_full_configs_of_an_experiment_share_their_optimiser(full):
+    """The two differ in sizes (steps, widths, the rates tuned for them), never silently in how AdamW is set:
+    an optimiser key set in one is set to the same value in the other."""
+    medium = _flat(_common.read_config(_common.MEDIUM_DIR / full.name).get("sizes", {}))
+    paper = _flat(_common.read_config(full).get("sizes", {}))
+    differ = {k: (medium.get(k), paper.get(k)) for k in set(medium) | set(paper)
+              if k.rsplit(".", 1)[-1] in OPTIMISER_KEYS and medium.get(k) != paper.get(k)}
+    assert not differ, f"{full.name}: medium and full set the optimiser differently: {differ}"

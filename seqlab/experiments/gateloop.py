@@ -9,9 +9,8 @@ Sizes: ``quick`` (CPU, minutes): ``seq_len=128``, 2 layers of ``d_model=32``; ``
 claim over several seeds): ``configs/medium/gateloop-memory-horizon.toml``, with a validation split and
 Appendix C.1's learning rate, warm-up share and AdamW betas; ``full``: Appendix C.1, in
 ``configs/gateloop-memory-horizon.toml`` (``seq_len=1024``, 4 layers, ``d_model=d_qk=d_v=64``, ``d_ff=128``,
-batch 32, lr 0.0025, AdamW, weight decay 0.05, 10000 warm-up steps then cosine decay; the paper's 300
-epochs of 2000 samples are 18750 steps; ``seqlab.train.fit`` keeps AdamW's default betas, not the paper's
-(0.9, 0.98)).
+batch 32, lr 0.0025, AdamW with betas (0.9, 0.98) and weight decay 0.05, 10000 warm-up steps then cosine
+decay; the paper's 300 epochs of 2000 samples are 18750 steps). Medium and full share the optimiser settings.
 """
 from __future__ import annotations
 
