@@ -42,7 +42,7 @@ __all__ = ["Claim", "CLAIMS", "FIELDS", "verdict", "strongest_rival", "summarize
 
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
 
-# The fields every claim record has (issue #18); records add seeds, mean, std, validation, sizes and details.
+# The fields every claim record has; records add seeds, mean, std, validation, sizes and details.
 FIELDS = ("id", "paper", "statement", "profile", "metric", "higher_is_better", "better", "worse", "arms",
           "paper_values", "verdict", "command", "wall_s", "machine")
 
@@ -58,7 +58,7 @@ def _spread(values) -> float:
 
 
 def verdict(better, worse, *, higher_is_better: bool = True, better_censored=()) -> str:
-    """The verdict rule of issue #18 on the per-seed values of the two arms a claim compares.
+    """The verdict rule on the per-seed values of the two arms a claim compares.
 
     ``"reproduced"``: the mean of ``better`` beats the mean of ``worse`` (in the metric's direction) by more than
     twice the larger of the two sample standard deviations; ``"partly"``: it beats it, by less; ``"not

@@ -22,7 +22,7 @@ import os
 
 import torch
 
-__all__ = ["launched", "setup", "shard", "all_sum", "is_main", "rank_world"]
+__all__ = ["launched", "setup", "shard", "all_sum", "all_max", "rank_world"]
 
 
 def launched() -> bool:
@@ -49,13 +49,6 @@ def rank_world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
-
-
-def is_main() -> bool:
-    """Rank 0, or a process outside any process group."""
-    import torch.distributed as dist
-
-    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
 
 def shard(index: torch.Tensor, rank: int, world: int) -> torch.Tensor:

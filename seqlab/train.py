@@ -110,9 +110,6 @@ class History:
     def train_loss(self) -> list[float]:
         return self.series("loss", "train")[1]
 
-    def train_accuracy(self) -> list[float]:
-        return self.series("accuracy", "train")[1]
-
     def last(self, key: str = "loss", split: str = "train"):
         """The latest value of ``key`` in ``split`` (``None`` if never recorded)."""
         for r in reversed(self.records):
@@ -124,12 +121,6 @@ class History:
     def steps(self) -> int:
         train = self.split("train")
         return train[-1]["step"] if train else 0
-
-    def to_frame(self):
-        """A ``pandas.DataFrame`` of all records (pandas is imported only here)."""
-        import pandas as pd
-
-        return pd.DataFrame(self.records)
 
     def __len__(self) -> int:
         return len(self.records)

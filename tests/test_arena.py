@@ -1,4 +1,4 @@
-"""The arena (issue #19): matched sizes, the rate chosen on validation, the resumable grid, the recorded medium run."""
+"""The arena: matched sizes, the rate chosen on validation, the resumable grid, the recorded medium run."""
 from __future__ import annotations
 
 import json

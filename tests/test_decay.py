@@ -7,7 +7,7 @@ from helpers import check
 from seqlab.ops import decay_attention, decay_attention_reference, decay_coefficients, linear_scan_reference
 
 TORCH_MODES = ("recurrent", "parallel", "chunked")
-# the recurrent mode is a scan (1e-5); the cumulative and chunked forms are matrix forms (1e-4, design.md §4)
+# the recurrent mode is a scan (1e-5); the cumulative and chunked forms are matrix forms (1e-4)
 TOL = {"recurrent": 1e-5, "parallel": 1e-4, "chunked": 1e-4, "auto": 1e-4}
 
 
@@ -386,7 +386,7 @@ def test_additive_transitions_beyond_float64_range_use_the_log_domain(path, monk
     assert torch.isfinite(kbar).all() and torch.isfinite(a).all()
 
 
-# ---- h0 / return_state (issue 17): a sequence read in parts equals it read whole ------------------------
+# ---- h0 / return_state: a sequence read in parts equals it read whole ------------------------
 
 STATE_CASES = [  # (decay, log_decay: None | "shared" (additive: the no-share ablation) | "channel" | "head")
     ("additive", None), ("additive", "channel"), ("multiplicative", "channel"), ("multiplicative", "head"),

@@ -1,4 +1,4 @@
-"""The decoding protocol (design.md §3, issue 17): ``init_state`` / ``prefill`` / ``step`` / ``state_size``.
+"""The decoding protocol: ``init_state`` / ``prefill`` / ``step`` / ``state_size``.
 
 Every check compares a model against its own parallel ``forward`` (random weights, lengths that are not
 powers of two): ``forward(x)`` == ``prefill(x[:, :P])`` then ``step`` == ``step`` from ``init_state``;

@@ -1,4 +1,4 @@
-"""The package's shape: imports flow one way (design.md §2), and the renamed modules keep their old names
+"""The package's shape: imports flow one way (README, Architecture), and the renamed modules keep their old names
 working with a warning."""
 import ast
 import pathlib

@@ -1,4 +1,4 @@
-"""The contract every op keeps in every mode (design.md §3): the dtype policy, shape-only tracing on the
+"""The contract every op keeps in every mode: the dtype policy, shape-only tracing on the
 ``meta`` device, non-finite inputs named by argument and index, empty sequences. Parametrised over each
 op's own tuple of modes, so a mode added later is covered without editing this file."""
 import re
@@ -79,7 +79,7 @@ def test_nonfinite_input_is_named_with_its_index(op, mode, bad):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
 def test_dtype_policy(op, mode, dtype):
     """The output has the input's dtype; float64 is computed in float64 (matches the float64 reference to
-    1e-12), lower precisions in at least float32 (to the float32 tolerances of design.md §4)."""
+    1e-12), lower precisions in at least float32 (to the float32 tolerances of the op tests)."""
     _skip_without_triton(mode)
     _, make, call = OPS[op]
     inputs = make(37, torch.float64)

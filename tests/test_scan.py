@@ -1,4 +1,4 @@
-"""``linear_scan``: every torch mode against the float64 loop, forward and backward (design.md §4)."""
+"""``linear_scan``: every torch mode against the float64 loop, forward and backward."""
 import math
 
 import pytest
@@ -8,7 +8,7 @@ from helpers import check
 from seqlab.ops import SCAN_MODES, linear_scan, linear_scan_reference, scan_auto_mode
 from seqlab.ops.scan import scan_chunk_size
 
-TOL = 1e-5  # float32 relative error for scans (design.md §4)
+TOL = 1e-5  # float32 relative error for scans
 FAST = ("blocked", "associative", "doubling", "numba")
 LENGTHS = (1, 2, 7, 64, 1000, 4099)
 KINDS = ("real", "real_a_complex_x", "complex")

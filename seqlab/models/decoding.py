@@ -1,4 +1,4 @@
-"""The decoding protocol of every causal language model (design.md §3), composed from its blocks.
+"""The decoding protocol of every causal language model, composed from its blocks.
 
     state = model.init_state(batch, device=None, dtype=None)   # before the first token
     logits_t, state = model.step(tokens_t, state)              # tokens_t (B,) -> (B, vocab_size)

@@ -74,6 +74,4 @@ def build_lightnet(*, vocab_size: int, num_classes: int | None = None, seq_len: 
                           seq_len=None, max_len=None if shape is None else math.prod(shape), pool=pool, causal=causal,
                           positions="learned" if abs_pos and shape is not None else "none")
     model.grid = shape
-    model.config = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, grid=shape, tpe=tpe, lrpe=lrpe,
-                        abs_pos=abs_pos, decay=decay, share=share, norm=norm)
     return model

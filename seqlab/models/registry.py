@@ -1,4 +1,4 @@
-"""The model registry behind ``seqlab.models.build(name, ...)`` (design.md §3)."""
+"""The model registry behind ``seqlab.models.build(name, ...)``."""
 from __future__ import annotations
 
 import difflib
@@ -49,7 +49,7 @@ def init_rule(name: str) -> str:
     return INIT_RULES[name]
 
 
-# One config vocabulary for every family (design.md §3): the old per-family names still work, with a warning.
+# One config vocabulary for every family (README, Architecture): the old per-family names still work, with a warning.
 DEPRECATED_KEYS = {"hidden": "d_model", "depth": "n_layers", "heads": "n_heads"}
 _BUILD_ARGS = ("vocab_size", "num_classes", "seq_len")
 

@@ -114,7 +114,7 @@ def check_finite(name: str, t: torch.Tensor) -> torch.Tensor:
 
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """``|out - ref| / |ref|`` in the Frobenius norm, computed in float64 (the metric of design.md §4)."""
+    """``|out - ref| / |ref|`` in the Frobenius norm, computed in float64 (the metric every op's tests compare with)."""
     out64 = out.detach().to(torch.complex128 if (out.is_complex() or ref.is_complex()) else torch.float64)
     ref64 = ref.detach().to(out64.dtype)
     denom = torch.linalg.vector_norm(ref64)

@@ -3,7 +3,7 @@
 Static builders (``seqlab.viz.figures``) take tensors, arrays or training histories and return a
 ``go.Figure``; :class:`LivePlot` (``seqlab.viz.live``) is a ``fit`` callback that draws learning
 curves live in a notebook. Family-specific pictures live beside them (``seqlab.viz.relation``,
-``lrnn``, ``lightnet``, ``gateloop``, ``scan``) and reuse these helpers.
+``lrnn``, ``lightnet``, ``scan``), with the arena's and the claims' (``arena``, ``claims``), and reuse these helpers.
 
 ``viz`` only draws: values are read out of models by ``seqlab.readout`` and computed by
 ``seqlab.ops``; nothing in the math imports ``viz``.

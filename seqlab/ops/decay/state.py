@@ -1,5 +1,5 @@
 """Causal ``decay_attention`` from a state and to a state (``h0=``, ``return_state=True``): decoding and
-prompts read in parts (issue 17). Running it on ``a + b`` equals running it on ``a``, then on ``b`` from
+prompts read in parts. Running it on ``a + b`` equals running it on ``a``, then on ``b`` from
 ``a``'s state.
 
 The state (LightNet paper 003, eq. 2 and 7):
