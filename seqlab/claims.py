@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -34,13 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from seqlab import config
+from seqlab import config, results
 from seqlab.config import one_math_thread  # noqa: F401  (claims.one_math_thread, as before)
+from seqlab.results import machine, profile_tag  # noqa: F401  (claims.machine, claims.profile_tag)
 
 __all__ = ["Claim", "CLAIMS", "FIELDS", "verdict", "strongest_rival", "summarize", "reproduce", "reproduce_claim",
            "render_readme", "gather", "default_out", "machine", "RESULTS_DIR", "lesson_table"]
 
-RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
+RESULTS_DIR = results.RESULTS_DIR
 
 # The fields every claim record has; records add seeds, mean, std, validation, sizes and details.
 FIELDS = ("id", "paper", "statement", "profile", "metric", "higher_is_better", "better", "worse", "arms",
@@ -314,26 +314,6 @@ def summarize(claim: Claim, seeds: list[int], results: list[dict]) -> dict:
     if any(v is not None for values in validation.values() for v in values):
         record["validation"] = validation
     return record
-
-
-def machine() -> dict:
-    """Where a claim ran: CPU model, cores, GPU (if any), torch version and the math threads used."""
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
-    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu, "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "python": platform.python_version()}
-
-
-def profile_tag(profile: str) -> str:
-    """A profile's name in records and folders: the name itself, or the stem of a config file or folder."""
-    return profile if profile in config.PROFILES else Path(profile).stem
 
 
 def default_out(profile: str) -> Path:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import platform
 import shutil
 import uuid
 from pathlib import Path
@@ -28,9 +29,34 @@ from typing import Callable, Iterable
 
 from filelock import FileLock
 
-__all__ = ["ResultsError", "read", "merge", "read_json", "write_json", "write_failure", "LISTS"]
+__all__ = ["ResultsError", "read", "merge", "read_json", "write_json", "write_failure", "machine", "profile_tag",
+           "RESULTS_DIR", "LISTS"]
+
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"   # the committed results: claims, arena, init
 
 LISTS = ("runs", "controls")       # the lists of records a results file holds
+
+
+def machine() -> dict:
+    """Where a run ran: CPU model, cores, GPU (if any), torch version and the math threads used."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu, "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "python": platform.python_version()}
+
+
+def profile_tag(profile: str) -> str:
+    """A profile's name in records and folders: the name itself, or the stem of a config file or folder."""
+    from seqlab import config
+
+    return profile if profile in config.PROFILES else Path(profile).stem
 
 
 class ResultsError(ValueError):

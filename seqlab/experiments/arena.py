@@ -422,7 +422,7 @@ def _default_length(cfg: dict, task: str) -> int:
 
 def default_out(profile: str) -> Path:
     """``results/arena/<profile>.json`` (a config file's or folder's stem for a path)."""
-    from seqlab.claims import profile_tag
+    from seqlab.results import profile_tag
 
     return RESULTS_DIR / f"{profile_tag(profile)}.json"
 
@@ -432,7 +432,7 @@ def versions() -> dict:
     import torch
 
     import seqlab
-    from seqlab.claims import machine
+    from seqlab.results import machine
 
     return {"seqlab": seqlab.__version__, "torch": torch.__version__, "numpy": numpy.__version__,
             "python": platform.python_version(), "machine": machine()}

@@ -74,7 +74,7 @@ def init_scale(*, profile: str | None = None, families=None, variants=None, out=
     results file (``"auto"``: ``results/init/<profile>.json``; None: nothing written or resumed). ``workers``,
     ``progress``, ``verbose`` and ``checkpoint_dir`` as the arena's. Returns the file's contents plus ``"table"``.
     """
-    from seqlab.claims import profile_tag
+    from seqlab.results import profile_tag
     from seqlab.models.init import VARIANTS
 
     prof = profile or config.profile()
