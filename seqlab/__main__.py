@@ -74,6 +74,20 @@ def cmd_list(args) -> int:
     return 0
 
 
+def resume_hint(args, stop) -> str:
+    """How the stopped command resumes: ``train`` from its checkpoint, ``experiment`` and ``reproduce`` by the
+    same command again (an experiment only with a checkpoint folder)."""
+    checkpoint = getattr(stop, "checkpoint", None)
+    if args.func is cmd_train:
+        again = " ".join(a for a in args.argv if a != "--resume") + " --resume"
+        return f"; resume with: python -m seqlab {again}" if checkpoint else ""
+    if args.func is cmd_experiment and not (checkpoint or args.checkpoint_dir):
+        return "; add --checkpoint-dir DIR to make an experiment resumable"
+    if args.func in (cmd_experiment, cmd_reproduce):
+        return "; run the same command again to resume"
+    return ""
+
+
 def _main_rank() -> bool:
     """Whether this process prints and writes: always, except on ranks other than 0 under torchrun (their
     output is dropped)."""
@@ -138,19 +152,11 @@ def cmd_train(args) -> int:
         else:
             print(f"no checkpoint at {args.checkpoint}: starting fresh")
     every = args.print_every or max(1, args.steps // 10)
-    try:
-        history = train.fit(model, task, steps=args.steps, batch_size=args.batch_size, lr=args.lr, device=device,
-                            seed=args.seed, eval_every=args.eval_every, checkpoint=args.checkpoint,
-                            checkpoint_every=args.checkpoint_every, checkpoint_seconds=args.checkpoint_seconds,
-                            resume=args.resume,
-                            callbacks=[train.PrintCallback(every, print_fn=tqdm.write)],
-                            progress=not args.no_progress, threads=args.threads)
-    except train.TrainingInterrupted as stop:
-        again = " ".join(a for a in args.argv if a != "--resume") + " --resume"
-        if main_rank:
-            print(f"\n{stop}" + (f"; resume with: python -m seqlab {again}" if stop.checkpoint else ""),
-                  file=sys.stderr, flush=True)
-        return interrupt.exit_code(stop.signum)
+    history = train.fit(model, task, steps=args.steps, batch_size=args.batch_size, lr=args.lr, device=device,
+                        seed=args.seed, eval_every=args.eval_every, checkpoint=args.checkpoint,
+                        checkpoint_every=args.checkpoint_every, checkpoint_seconds=args.checkpoint_seconds,
+                        resume=args.resume, callbacks=[train.PrintCallback(every, print_fn=tqdm.write)],
+                        progress=not args.no_progress, threads=args.threads)
     final = history.final or {}
     print("final " + " ".join(f"{k}={v:.4f}" for k, v in final.items() if isinstance(v, float)))
     if args.history and main_rank:
@@ -279,9 +285,9 @@ def _cell(sizes: dict, key: str) -> str:
 
 
 def cmd_experiment(args) -> int:
-    from seqlab import experiments, train
+    from seqlab import experiments
 
-    main_rank = _main_rank()
+    _main_rank()                 # under torchrun, ranks other than 0 print nothing
     kwargs = parse_pairs(args.params, "experiment")
     if args.config_file:
         if "profile" in kwargs:
@@ -289,33 +295,22 @@ def cmd_experiment(args) -> int:
         kwargs["profile"] = args.config_file
     if args.checkpoint_dir:
         kwargs["checkpoint_dir"] = args.checkpoint_dir
-    try:
-        result = experiments.run(args.name, **kwargs)
-    except interrupt.Interrupted as stop:
-        if main_rank:
-            again = ("; run the same command again to resume" if getattr(stop, "checkpoint", None)
-                     or args.checkpoint_dir else "; add --checkpoint-dir DIR to make an experiment resumable")
-            print(f"\n{stop}{again}", file=sys.stderr, flush=True)
-        return interrupt.exit_code(stop.signum)
+    result = experiments.run(args.name, **kwargs)
     print(json.dumps(result, indent=2, default=_jsonable))
     return 0
 
 
 def cmd_reproduce(args) -> int:
     """Run the named claims (every claim without ids) over ``--seeds`` seeds; print one summary table."""
-    from seqlab import claims, config, train
+    from seqlab import claims, config
 
     profile = args.profile or config.profile()
     ids = args.ids or list(claims.CLAIMS)
     for cid in ids:
         claims.get(cid)                 # every id checked before anything runs
     out = args.out or claims.default_out(profile)
-    try:
-        records = claims.reproduce(ids, profile=profile, seeds=args.seeds, out=out, redo=args.redo,
-                                   progress=not args.no_progress)
-    except interrupt.Interrupted as stop:
-        print(f"\n{stop}; run the same command again to resume", file=sys.stderr, flush=True)
-        return interrupt.exit_code(stop.signum)
+    records = claims.reproduce(ids, profile=profile, seeds=args.seeds, out=out, redo=args.redo,
+                               progress=not args.no_progress)
     print(claims.summary_table(records))
     print(f"records, figures, claims.json and README.md in {out}")
     return 0
@@ -429,12 +424,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with interrupt.handling():          # SIGTERM and SIGUSR1 stop a command as Ctrl-C does
             return args.func(args)
-    except interrupt.Interrupted as stop:   # outside a command's own handling (loading, printing)
-        print(f"\n{stop}", file=sys.stderr, flush=True)
-        return interrupt.exit_code(stop.signum)
-    except KeyboardInterrupt:
-        print("\nstopped by SIGINT", file=sys.stderr, flush=True)
-        return 130
+    except KeyboardInterrupt as stop:       # the one interrupt path of every command: what stopped, how to resume
+        if _main_rank():
+            print(f"\n{stop or 'stopped by SIGINT'}{resume_hint(args, stop)}", file=sys.stderr, flush=True)
+        return interrupt.exit_code(getattr(stop, "signum", 2))
     except (ValueError, TypeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
