@@ -64,6 +64,7 @@ def test_plan_searches_first_then_runs_the_seeds_and_sweeps_at_the_chosen_rate()
     assert not first2
     assert {s["lr"] for s in then2} == {3e-3}                    # the better validation rate
     base = [s for s in then2 if s["width"] == cfg["base_width"] and s["seq_len"] == 32]
+    assert then2[:len(base)] == base                            # the ranking's seeds before the sweeps
     assert sorted(s["seed"] for s in base if s["family"] == "gateloop") == [1, 2]
     wider = [s for s in then2 if s["width"] != cfg["base_width"]]
     assert {s["width"] for s in wider} == set(cfg["widths"]) - {cfg["base_width"]}

@@ -380,8 +380,12 @@ def plan(cfg: dict, done: list[dict]) -> tuple[list[dict], list[dict]]:
     first = [spec(f, t, 0, base_w, _base_length(cfg, t), lr) for t in cfg["tasks"] for f in cfg["families"]
              for lr in search_rates(_search(done, cfg, f, t), cfg)]
     chosen = chosen_lrs(done, cfg)
-    then = []
-    for f in cfg["families"]:                           # MQAR's sweeps first: the smallest width leads
+    then = []                                           # the seeds of the ranking first, then the sweeps
+    for t in cfg["tasks"]:
+        for f in cfg["families"]:
+            if (f, t) in chosen:
+                then += [spec(f, t, s, base_w, _base_length(cfg, t), chosen[(f, t)]) for s in range(1, cfg["seeds"])]
+    for f in cfg["families"]:                           # MQAR's sweeps: the smallest width leads
         if (f, "mqar") not in chosen:
             continue
         lr = chosen[(f, "mqar")]
@@ -393,10 +397,6 @@ def plan(cfg: dict, done: list[dict]) -> tuple[list[dict], list[dict]]:
         for length in cfg["mqar_lengths"]:
             if length != _base_length(cfg, "mqar"):
                 then += [spec(f, "mqar", s, base_w, length, lr) for s in range(cfg["seeds"])]
-    for t in cfg["tasks"]:
-        for f in cfg["families"]:
-            if (f, t) in chosen:
-                then += [spec(f, t, s, base_w, _base_length(cfg, t), chosen[(f, t)]) for s in range(1, cfg["seeds"])]
     for t in [t for t in cfg.get("rate_band_tasks", ()) if t in cfg["tasks"]]:    # every seed at every rate
         for f in [f for f in cfg["families"] if (f, t) in chosen]:
             rates = [lr for lr in search_rates(_search(done, cfg, f, t), cfg) if lr != chosen[(f, t)]]
