@@ -215,7 +215,7 @@ def _described(name: str):
     from seqlab.models import registry
 
     if name in models.names():
-        return "model", registry._BUILDERS[name]
+        return "model", registry.builder(name)
     if name in tasks.NAMES:
         return "task", getattr(tasks, name)
     if name in experiments.names():

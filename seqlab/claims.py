@@ -35,6 +35,7 @@ from typing import Callable
 
 from seqlab import config, results
 from seqlab.config import one_math_thread  # noqa: F401  (claims.one_math_thread, as before)
+from seqlab.registry import Registry
 from seqlab.results import machine, profile_tag  # noqa: F401  (claims.machine, claims.profile_tag)
 
 __all__ = ["Claim", "CLAIMS", "FIELDS", "verdict", "strongest_rival", "summarize", "reproduce", "reproduce_claim",
@@ -283,14 +284,15 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
 )}
 
 
+_NAMES = Registry("id", argument="claim", cutoff=0.4)     # the ids, for the error of an unknown one
+for _claim in CLAIMS.values():
+    _NAMES.register(_claim.id, _claim)
+
+
 def get(claim_id: str) -> Claim:
     """The claim named ``claim_id``; an error that suggests the closest id otherwise."""
-    import difflib
-
     if claim_id not in CLAIMS:
-        near = difflib.get_close_matches(claim_id, list(CLAIMS), n=1, cutoff=0.4)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
-        raise ValueError(f"claim: unknown id {claim_id!r}{hint} (expected one of {', '.join(CLAIMS)})")
+        raise _NAMES.unknown(claim_id)
     return CLAIMS[claim_id]
 
 

@@ -83,7 +83,7 @@ def test_cli_experiment_dispatches_to_the_registry(monkeypatch, capsys):
         return {"scale": scale, "label": label, "table": [{"a": 1}]}
 
     monkeypatch.setattr(experiments, "_load_all", lambda: None)            # only the experiment registered here
-    monkeypatch.setitem(experiments._EXPERIMENTS, "cli-echo", echo)
+    monkeypatch.setitem(experiments.EXPERIMENTS._entries, "cli-echo", echo)
     assert main(["experiment", "cli-echo", "scale=0.5", "label=demo"]) == 0
     assert calls == [(0.5, "demo")]
     assert json.loads(capsys.readouterr().out) == {"scale": 0.5, "label": "demo", "table": [{"a": 1}]}

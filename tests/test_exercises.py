@@ -224,7 +224,7 @@ def test_check_is_deterministic_and_leaves_the_random_stream_alone():
 
 
 def test_unknown_id_raises_naming_it_and_the_valid_ones():
-    with pytest.raises(ValueError, match=r"unknown exercise '08\.1'; valid ids: 01\.1, 01\.2") as err:
+    with pytest.raises(ValueError, match=r"unknown exercise '08\.1'; did you mean '0.\.1'\? \(valid: 01\.1, 01\.2") as err:
         exercises.check("08.1", ...)
     assert all(i in str(err.value) for i in IDS)
     with pytest.raises(ValueError, match="08.1"):

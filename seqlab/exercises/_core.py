@@ -19,10 +19,12 @@ from typing import Any, Callable
 
 import torch
 
+from seqlab.registry import Registry
+
 __all__ = ["Exercise", "Wrong", "NotAnswered", "exercise", "check", "hint", "list_exercises", "get", "ids",
            "notebook_cells"]
 
-_REGISTRY: dict[str, "Exercise"] = {}
+_REGISTRY = Registry("exercise")
 
 
 class Wrong(Exception):
@@ -58,9 +60,7 @@ class Exercise:
 def exercise(id: str, *, title: str, task: str, hint: str, stub: str):
     """Decorator registering ``checker(answer) -> reason it is right`` under ``id``."""
     def wrap(fn):
-        if id in _REGISTRY:
-            raise ValueError(f"exercise {id!r} is registered twice")
-        _REGISTRY[id] = Exercise(id=id, title=title, task=task, hint=hint, stub=stub.strip("\n"), checker=fn)
+        _REGISTRY.register(id, Exercise(id=id, title=title, task=task, hint=hint, stub=stub.strip("\n"), checker=fn))
         return fn
     return wrap
 
@@ -89,10 +89,7 @@ def _lesson_key(lesson) -> str:
 def get(exercise_id: str) -> Exercise:
     """The exercise ``exercise_id``; ``ValueError`` naming it and listing the valid ids when there is none."""
     _load()
-    key = str(exercise_id).strip()
-    if key not in _REGISTRY:
-        raise ValueError(f"unknown exercise {exercise_id!r}; valid ids: {', '.join(_REGISTRY)}")
-    return _REGISTRY[key]
+    return _REGISTRY.lookup(str(exercise_id).strip())
 
 
 def list_exercises(lesson=None) -> builtins.list[tuple[str, str]]:

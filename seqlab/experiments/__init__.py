@@ -17,7 +17,9 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
-_EXPERIMENTS: dict[str, Callable] = {}
+from seqlab.registry import Registry
+
+EXPERIMENTS = Registry("experiment", argument="experiment")
 _MODULES = ("relation", "lrnn", "lightnet", "gateloop", "arena", "init_scale")
 
 # Experiments that take no profile: what they measure is set by their arguments alone.
@@ -30,13 +32,8 @@ WITHOUT_CONFIG = {
 
 
 def experiment(name: str):
-    def wrap(fn):
-        if name in _EXPERIMENTS:
-            raise ValueError(f"experiment {name!r} is registered twice")
-        _EXPERIMENTS[name] = fn
-        return fn
-
-    return wrap
+    """Decorator: ``@experiment("arena") def arena(*, profile=None, ...)``."""
+    return EXPERIMENTS.register(name)
 
 
 def _load_all() -> None:
@@ -50,19 +47,13 @@ def _load_all() -> None:
 
 def names() -> list[str]:
     _load_all()
-    return sorted(_EXPERIMENTS)
+    return EXPERIMENTS.names()
 
 
 def get(name: str) -> Callable:
     """The registered experiment function ``name``; a clear error with a suggestion otherwise."""
-    import difflib
-
     _load_all()
-    if name not in _EXPERIMENTS:
-        near = difflib.get_close_matches(name, list(_EXPERIMENTS), n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
-        raise ValueError(f"experiment: unknown experiment {name!r}{hint} (expected one of {sorted(_EXPERIMENTS)})")
-    return _EXPERIMENTS[name]
+    return EXPERIMENTS.lookup(name)
 
 
 def config_file(name: str):

@@ -8,23 +8,23 @@ from typing import Callable
 
 import torch.nn as nn
 
-_BUILDERS: dict[str, Callable[..., nn.Module]] = {}
+from seqlab.registry import Registry
+
+BUILDERS = Registry("model", argument="name")     # name -> build_<family>(*, vocab_size, num_classes, seq_len, ...)
 
 
 def register(name: str):
     """Decorator: ``@register("lrnn") def build_lrnn(*, vocab_size, num_classes, seq_len, **config)``."""
+    return BUILDERS.register(name)
 
-    def wrap(fn):
-        if name in _BUILDERS:
-            raise ValueError(f"model {name!r} is registered twice")
-        _BUILDERS[name] = fn
-        return fn
 
-    return wrap
+def builder(name: str) -> Callable[..., nn.Module]:
+    """The function ``build(name, ...)`` calls (its signature is the model's config)."""
+    return BUILDERS.lookup(name)
 
 
 def names() -> list[str]:
-    return sorted(_BUILDERS)
+    return BUILDERS.names()
 
 
 # How each family's weights are drawn, by name: a run records it, and runs that differ in it never share a
@@ -57,15 +57,12 @@ _BUILD_ARGS = ("vocab_size", "num_classes", "seq_len")
 def config_keys(name: str) -> list[str]:
     """The config keys ``build(name, ...)`` accepts besides ``vocab_size``, ``num_classes`` and ``seq_len``."""
     _check_name(name)
-    params = inspect.signature(_BUILDERS[name]).parameters
+    params = inspect.signature(BUILDERS[name]).parameters
     return [k for k, p in params.items() if k not in _BUILD_ARGS and p.kind == p.KEYWORD_ONLY]
 
 
 def _check_name(name: str) -> None:
-    if name not in _BUILDERS:
-        near = difflib.get_close_matches(str(name), names(), n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
-        raise ValueError(f"name: unknown model {name!r}{hint} Expected one of {names()}")
+    BUILDERS.lookup(name)
 
 
 def canonical_config(name: str, config: dict) -> dict:
@@ -107,7 +104,7 @@ def build(name: str, *, vocab_size: int, num_classes: int | None = None, seq_len
         raise ValueError(f"num_classes: expected None (language model) or an int >= 2, got {num_classes!r}")
     if seq_len is not None and (not isinstance(seq_len, int) or seq_len < 1):
         raise ValueError(f"seq_len: expected None or a positive int, got {seq_len!r}")
-    model = _BUILDERS[name](vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len, **config)
+    model = BUILDERS[name](vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len, **config)
     model.model_name = name
     # what rebuilds it: checkpoints carry this, and a resume with another config is refused by name
     model.model_config = {"vocab_size": vocab_size, "num_classes": num_classes, "seq_len": seq_len, **config}

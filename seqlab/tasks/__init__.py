@@ -12,18 +12,17 @@ from seqlab.tasks.recall import mqar  # noqa: F401
 from seqlab.tasks.mad import (fuzzy_in_context_recall, in_context_recall, memorization,  # noqa: F401
                               noisy_in_context_recall, selective_copying)
 
+from seqlab.registry import Registry
+
 NAMES = ("copying", "digits", "listops", "text", "memory_horizon", "mqar", "in_context_recall",
          "noisy_in_context_recall", "fuzzy_in_context_recall", "selective_copying", "memorization")
+TASKS = Registry("task", argument="task")
+for _name in NAMES:
+    TASKS.register(_name, globals()[_name])
 
 
 def get(name: str, **kwargs) -> Task:
     """A task by name (for the command line)."""
-    if name not in NAMES:
-        import difflib
-
-        near = difflib.get_close_matches(str(name), NAMES, n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
-        raise ValueError(f"task: unknown task {name!r}{hint} (expected one of {NAMES})")
-    task = globals()[name](**kwargs)
+    task = TASKS.lookup(name)(**kwargs)
     task.task_config = dict(kwargs)     # what rebuilds it: checkpoints carry this
     return task
