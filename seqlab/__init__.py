@@ -16,7 +16,7 @@ def __getattr__(name):
     # Heavier sub-packages load on first use, so `import seqlab` stays quick.
     import importlib
 
-    if name in {"layers", "models", "tasks", "train", "viz", "readout", "inspect", "sampling", "kernels",
+    if name in {"layers", "models", "tasks", "train", "viz", "readout", "sampling", "kernels",
                 "experiments", "exercises"}:
         return importlib.import_module(f"seqlab.{name}")
     if name == "load":

@@ -248,7 +248,7 @@ def test_auto_is_the_compiled_kernel_on_cpu(monkeypatch):
     assert _pick_auto(q, v) == "numba"
     monkeypatch.setattr(compiled, "HAVE_NUMBA", False)
     assert _pick_auto(q, v) == "chunked"
-    with pytest.raises(compiled.CompiledUnavailable, match="numba"):
+    with pytest.raises(compiled.NumbaUnavailable, match="numba"):
         gateloop(q, k, v, a, mode="numba")
 
 

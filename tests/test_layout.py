@@ -1,5 +1,4 @@
-"""The package's shape: imports flow one way (README, Architecture), and the renamed modules keep their old names
-working with a warning."""
+"""The package's shape: imports flow one way (README, Architecture), one folder per op, no LLVM IR."""
 import ast
 import pathlib
 import subprocess
@@ -33,16 +32,6 @@ def test_imports_flow_one_way(layer, forbidden):
     for path in sorted((PACKAGE / layer).rglob("*.py")):
         bad = sorted(m for m in _seqlab_imports(path) if m.startswith(forbidden))
         assert not bad, f"{path.relative_to(PACKAGE.parent)} imports {bad}"
-
-
-def test_old_inspect_name_warns_and_names_readout():
-    code = ("import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
-            "try:\n    from seqlab import inspect\nexcept DeprecationWarning as w:\n    print(w)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "seqlab.readout" in out
-    code = ("import warnings; warnings.simplefilter('ignore')\nfrom seqlab import inspect, readout\n"
-            "assert inspect.predict is readout.predict and inspect.__all__ == readout.__all__\n")
-    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_readout_does_not_shadow_the_standard_library():

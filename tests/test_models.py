@@ -47,22 +47,10 @@ def test_one_config_vocabulary_builds_every_family(name):
     assert len(blocks) == 2, f"{name}: n_layers=2 built {len(blocks)} blocks"
 
 
-@pytest.mark.parametrize("name,old,new", [("transformer", "depth", "n_layers"), ("transformer", "heads", "n_heads"),
-                                          ("linear-transformer", "heads", "n_heads"), ("gateloop", "heads", "n_heads"),
-                                          ("lrnn", "hidden", "d_model"), ("fst", "depth", "n_layers"),
-                                          ("causalrn", "depth", "n_layers")])
-def test_old_config_names_warn_and_mean_the_new_ones(name, old, new):
-    value = {"depth": 1, "heads": 2, "hidden": 16}[old]
-    with pytest.warns(DeprecationWarning, match=rf"'{old}' is deprecated; use '{new}'"):
-        a = models.build(name, vocab_size=7, seq_len=8, **{old: value})
-    torch.manual_seed(0)
-    with pytest.warns(DeprecationWarning):
-        a = models.build(name, vocab_size=7, seq_len=8, **{old: value})
-    torch.manual_seed(0)
-    b = models.build(name, vocab_size=7, seq_len=8, **{new: value})
-    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
-    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match=f"got both '{old}' and '{new}'"):
-        models.build(name, vocab_size=7, seq_len=8, **{old: value, new: value})
+@pytest.mark.parametrize("name,old", [("transformer", "depth"), ("lrnn", "hidden"), ("gateloop", "heads")])
+def test_names_outside_the_one_vocabulary_are_refused(name, old):
+    with pytest.raises(TypeError, match=rf"unknown config key '{old}'.* valid keys: d_model, n_layers"):
+        models.build(name, vocab_size=7, seq_len=8, **{old: 2})
 
 
 def test_unknown_config_key_lists_the_valid_ones_and_the_nearest():

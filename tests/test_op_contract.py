@@ -136,12 +136,10 @@ def test_gateloop_gradient_at_exact_zero_transitions(mode, kind):
 
 
 @pytest.mark.parametrize("op", ["linear_scan", "gateloop"])
-def test_old_mode_name_compiled_warns_and_runs_numba(op):
+def test_an_unknown_mode_is_refused_naming_the_modes(op):
     _, make, call = OPS[op]
-    inputs = make(9, torch.float32)
-    with pytest.warns(DeprecationWarning, match="mode='compiled' is deprecated; use mode='numba'"):
-        old = call("compiled", **inputs)
-    assert torch.equal(old, call("numba", **inputs))
+    with pytest.raises(ValueError, match=r"mode must be one of \(.*'numba'.*\), got 'compiled'"):
+        call("compiled", **make(9, torch.float32))
 
 
 def test_below_prints_the_bound_never_the_digits_and_refuses_a_value_above_it():

@@ -181,7 +181,7 @@ def test_auto_falls_back_to_blocked_without_numba(monkeypatch):
 
     monkeypatch.setattr(compiled, "HAVE_NUMBA", False)
     assert scan_auto_mode(torch.device("cpu")) == "blocked"
-    with pytest.raises(compiled.CompiledUnavailable, match="numba"):
+    with pytest.raises(compiled.NumbaUnavailable, match="numba"):
         linear_scan(torch.rand(4), torch.randn(2, 5, 4), mode="numba")
 
 

@@ -41,7 +41,6 @@ class NumbaUnavailable(RuntimeError):
     """``mode="numba"`` was asked for where the Numba kernels cannot run."""
 
 
-CompiledUnavailable = NumbaUnavailable   # the name before mode="compiled" became mode="numba"
 
 
 def require_numba(op: str, *tensors: torch.Tensor) -> None:

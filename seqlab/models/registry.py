@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import warnings
 from typing import Callable
 
 import torch.nn as nn
@@ -49,8 +48,7 @@ def init_rule(name: str) -> str:
     return INIT_RULES[name]
 
 
-# One config vocabulary for every family (README, Architecture): the old per-family names still work, with a warning.
-DEPRECATED_KEYS = {"hidden": "d_model", "depth": "n_layers", "heads": "n_heads"}
+# One config vocabulary for every family (README, Architecture): d_model, n_layers, n_heads.
 _BUILD_ARGS = ("vocab_size", "num_classes", "seq_len")
 
 
@@ -66,18 +64,11 @@ def _check_name(name: str) -> None:
 
 
 def canonical_config(name: str, config: dict) -> dict:
-    """``config`` in the shared vocabulary: deprecated keys renamed (with a ``DeprecationWarning`` naming the
-    new key), unknown keys refused with the list of valid ones and the nearest match."""
+    """``config`` checked against the shared vocabulary: unknown keys refused with the list of valid ones and the
+    nearest match."""
     valid = config_keys(name)
     out = {}
     for key, value in config.items():
-        new = DEPRECATED_KEYS.get(key)
-        if new is not None and new in valid:
-            warnings.warn(f"build({name!r}): config key {key!r} is deprecated; use {new!r} (one vocabulary for "
-                          "every family: d_model, n_layers, n_heads)", DeprecationWarning, stacklevel=3)
-            if new in config:
-                raise TypeError(f"build({name!r}): got both {key!r} and {new!r}; pass only {new!r}")
-            key = new
         if key not in valid:
             near = difflib.get_close_matches(key, valid + list(_BUILD_ARGS), n=1)
             hint = f"did you mean {near[0]!r}? " if near else ""

@@ -42,19 +42,9 @@ def check_shape(name: str, t: torch.Tensor, expected: tuple, what: str = "") -> 
         raise ValueError(f"{name}: expected shape {shown}{' (' + what + ')' if what else ''}, got {describe(t)}")
 
 
-# Old mode names that keep working, with a warning naming the new one.
-DEPRECATED_MODES = {"compiled": "numba"}
-
-
 def check_mode(op: str, mode: str, modes: Iterable[str]) -> str:
-    """``mode`` if it is one of ``modes``; a deprecated name is mapped to its new one with a warning."""
+    """``mode`` if it is one of ``modes``; ``ValueError`` listing them otherwise."""
     modes = tuple(modes)
-    if mode in DEPRECATED_MODES and DEPRECATED_MODES[mode] in modes:
-        import warnings
-
-        warnings.warn(f"{op}: mode={mode!r} is deprecated; use mode={DEPRECATED_MODES[mode]!r} (modes that "
-                      "name a backend: 'numba', 'triton')", DeprecationWarning, stacklevel=3)
-        return DEPRECATED_MODES[mode]
     if mode not in modes:
         raise ValueError(f"{op}: mode must be one of {modes}, got {mode!r}")
     return mode
