@@ -29,12 +29,9 @@ continues the same run bit-for-bit on CPU.
 """
 from __future__ import annotations
 
-import contextlib
-import glob
 import math
 import os
 import signal
-import tempfile
 import time
 from functools import lru_cache
 from typing import Callable, Iterable
@@ -44,9 +41,10 @@ import torch
 import torch.nn as nn
 
 from seqlab import config, distributed, interrupt
+from seqlab.checkpoint import (CheckpointError, check_writable, load_checkpoint, load_model,  # noqa: F401
+                               remove_stale_temporaries, rng_state, save_checkpoint, set_rng_state)
 from seqlab.config import model_device
 from seqlab.interrupt import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, Interrupted, signal_name
-from seqlab.results import write_failure
 from seqlab.tasks.base import Task
 
 __all__ = ["fit", "evaluate", "History", "StopTraining", "TrainingInterrupted", "check_compatible", "lr_at",
@@ -282,101 +280,6 @@ def batch_indices(n: int, batch_size: int, seed: int, step: int) -> torch.Tensor
     return torch.cat(parts)
 
 
-# ----------------------------------------------------------------------------- checkpoints
-
-
-
-def _tmp_prefix(path: str) -> str:
-    return f".{os.path.basename(path)}.tmp-"
-
-
-def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
-    """Remove the temporary files a killed save of ``path`` left in its folder (one writer per checkpoint)."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    stale = glob.glob(os.path.join(glob.escape(folder), glob.escape(_tmp_prefix(path)) + "*"))
-    for tmp in stale:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(tmp)
-    return stale
-
-
-def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
-    """``torch.save`` to a temporary file in the same folder, then ``os.replace`` (atomic): the file at ``path``
-    is the old checkpoint or the new one, never half of one. A failure (full disk, read-only folder, vanished
-    path) leaves no temporary file and raises :class:`CheckpointError` naming the file and the cause."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    tmp = None
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=".pt", dir=folder)
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(state, fh)
-        os.replace(tmp, path)
-        tmp = None
-    except (OSError, RuntimeError) as err:
-        raise CheckpointError(write_failure(path, err)) from err
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.remove(tmp)
-
-
-class CheckpointError(ValueError):
-    """A file that is not a readable seqlab checkpoint, or a checkpoint path that cannot be written."""
-
-
-_CHECKPOINT_KEYS = ("model", "optimizer", "step", "run", "records", "rng")
-
-
-def load_checkpoint(path: str | os.PathLike) -> dict:
-    """Read a checkpoint written by ``fit``. Only tensors and plain containers are unpickled
-    (``weights_only=True``): a checkpoint never runs code. Anything else raises :class:`CheckpointError`
-    naming the file."""
-    path = os.fspath(path)
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise
-    except Exception as err:  # EOFError, UnpicklingError, RuntimeError (bad zip), OSError ... all say the same
-        raise CheckpointError(f"{path} is not a readable seqlab checkpoint: {type(err).__name__}: {err}") from err
-    missing = [k for k in _CHECKPOINT_KEYS if not isinstance(state, dict) or k not in state]
-    if missing:
-        raise CheckpointError(f"{path} is not a readable seqlab checkpoint: it has no {', '.join(missing)} "
-                              f"(a {type(state).__name__} was stored)")
-    return state
-
-
-def check_writable(path: str | os.PathLike) -> None:
-    """Fail before training, not after it: ``path``'s folder is created if needed and a file is written
-    and removed there, the way :func:`save_checkpoint` will write."""
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        raise CheckpointError(f"checkpoint: {path} is a folder; expected a file path such as {os.path.join(path, 'run.pt')}")
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=folder)
-        os.close(fd)
-        os.remove(tmp)
-    except OSError as err:
-        raise CheckpointError(f"checkpoint: {path} cannot be written ({type(err).__name__}: {err}); "
-                              "pick a writable path before training starts") from err
-
-
-def _rng_state() -> dict:
-    state = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
 # ----------------------------------------------------------------------------- evaluate
 
 
@@ -567,7 +470,7 @@ def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_
             try:
                 save_checkpoint(checkpoint, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                              "step": step, "run": run, "records": history.records,
-                                             "rng": _rng_state(), "stopped": stopped})
+                                             "rng": rng_state(), "stopped": stopped})
             except CheckpointError as err:
                 kept = (f"the previous checkpoint at step {saved['step']} is intact" if saved["step"] is not None
                         else "no earlier checkpoint of this run was written")
@@ -727,21 +630,5 @@ def _restore(path, model: nn.Module, optimizer: torch.optim.Optimizer, history: 
                          f"{str(err).splitlines()[0]}") from None
     optimizer.load_state_dict(state["optimizer"])
     history.records.extend(state["records"])
-    _set_rng_state(state["rng"])
+    set_rng_state(state["rng"])
     return step, bool(state.get("stopped", False))
-
-
-def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> nn.Module:
-    """The trained model a checkpoint holds, rebuilt from its registry name and config, in eval mode
-    (``seqlab.load``). Its run (``model.run``: settings, task name and config) comes with it."""
-    from seqlab import models
-
-    state = load_checkpoint(path)
-    run = state["run"]
-    if not run.get("model_config"):
-        raise CheckpointError(f"{os.fspath(path)!r} was saved before checkpoints carried the model's config; "
-                              f"rebuild it with seqlab.models.build({run.get('model')!r}, ...) and load_state_dict")
-    model = models.build(run["model"], **run["model_config"])
-    model.load_state_dict(state["model"])
-    model.run = run
-    return model.to(config.device(device)).eval()
