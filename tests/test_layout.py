@@ -59,3 +59,61 @@ def test_no_llvm_ir_in_the_package():
     for path in PACKAGE.rglob("*.py"):
         text = path.read_text()
         assert "llvmlite" not in text and "numba.extending" not in text, f"{path.relative_to(PACKAGE.parent)}"
+
+
+def _module_name(path: pathlib.Path) -> str:
+    name = path.relative_to(PACKAGE.parent).with_suffix("").as_posix().replace("/", ".")
+    return name[:-len(".__init__")] if name.endswith(".__init__") else name
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """``module -> the seqlab modules it imports`` (inside functions too). ``from pkg import mod`` is an edge to
+    ``mod``, ``from pkg import name`` one to ``pkg``; an edge to a package that holds the importer is left out (a
+    parent package is initialised before its modules)."""
+    paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in paths.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in paths else node.module
+                          for a in node.names}
+        graph[name] = {m for m in found if m in paths and m != name and not name.startswith(m + ".")}
+    return graph
+
+
+def test_the_imports_between_modules_hold_no_cycle():
+    graph = _import_graph()
+    state: dict[str, int] = {}                      # 1: on the current path, 2: finished
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for nxt in sorted(graph[module]):
+            if state.get(nxt) == 1:
+                cycle = path[path.index(nxt):] + [nxt]
+                raise AssertionError("an import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt, path + [nxt])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+
+
+@pytest.mark.parametrize("module,forbidden", [
+    ("seqlab.train", ("seqlab.experiments", "seqlab.claims", "seqlab.viz", "seqlab.exercises")),
+    ("seqlab.checkpoint", ("seqlab.train", "seqlab.experiments", "seqlab.claims")),
+    ("seqlab.results", ("seqlab.train", "seqlab.experiments", "seqlab.claims")),
+])
+def test_the_upper_floors_import_downward(module, forbidden):
+    bad = sorted(m for m in _import_graph()[module] if m.startswith(forbidden))
+    assert not bad, f"{module} imports {bad}"
+
+
+def test_nothing_below_the_claims_imports_them():
+    """The claims run experiments and read results; only the command line reads them."""
+    readers = sorted(m for m, imports in _import_graph().items() if "seqlab.claims" in imports)
+    assert readers == ["seqlab.__main__"], readers

@@ -66,13 +66,8 @@ def exercise(id: str, *, title: str, task: str, hint: str, stub: str):
     return wrap
 
 
-def _load() -> None:
-    from seqlab.exercises import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07  # noqa: F401
-
-
 def ids(lesson=None) -> builtins.list[str]:
     """Every exercise id (``"01.1"`` ...), or those of one lesson (``1``, ``"1"`` or ``"01"``)."""
-    _load()
     if lesson is None:
         return builtins.list(_REGISTRY)
     key = _lesson_key(lesson)
@@ -89,7 +84,6 @@ def _lesson_key(lesson) -> str:
 
 def get(exercise_id: str) -> Exercise:
     """The exercise ``exercise_id``; ``ValueError`` naming it and listing the valid ids when there is none."""
-    _load()
     return _REGISTRY.lookup(str(exercise_id).strip())
 
 
