@@ -37,6 +37,7 @@ import functools
 import json
 import math
 import platform
+import signal
 import sys
 import time
 from pathlib import Path
@@ -491,20 +492,33 @@ def summarize(runs: list[dict], cfg: dict) -> list[dict]:
     return rows
 
 
+_STOPPING = None      # in a worker: the sitting's stop event (set once it has been asked to stop)
+
+
+def _init_worker(stopping) -> None:
+    global _STOPPING
+    _STOPPING = stopping
+
+
 def _worker(args):
     from seqlab import interrupt
 
     spec, cfg, checkpoint_dir = args
+    if _STOPPING is not None and _STOPPING.is_set():   # a run handed over before the stop: not started
+        raise interrupt.Interrupted(signal.SIGTERM, "not started: the sitting is stopping")
     with interrupt.handling():              # SIGTERM: the run saves after its step, as in one process
         return run_one(spec, cfg, checkpoint_dir=checkpoint_dir)
 
 
-def _stop_workers(pool, futures, signum: int, record) -> None:
-    """The sitting was asked to stop: pass the signal to each worker (a run saves after its step and stops),
-    start nothing new, wait for them, and keep every run that finished meanwhile."""
+def _stop_workers(pool, futures, signum: int, record, stopping) -> None:
+    """The sitting was asked to stop: no worker starts another run (``stopping``; the pool hands each worker a
+    run ahead, which cancelling cannot take back), each running one gets the signal (it saves after its step and
+    stops), then wait for them and keep every run that finished meanwhile."""
     import os
 
-    for process in list(getattr(pool, "_processes", {}).values()):
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    stopping.set()
+    for process in processes:
         try:
             os.kill(process.pid, signum)
         except (ProcessLookupError, OSError):
@@ -528,10 +542,12 @@ def _run_all(specs: list[dict], cfg: dict, workers: int, record, progress: bool,
                 bar.update()
             return
         import multiprocessing
-        import signal
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        context = multiprocessing.get_context("spawn")
+        stopping = context.Event()
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
+                                 initargs=(stopping,)) as pool:
             futures = [pool.submit(_worker, (spec, cfg, checkpoint_dir)) for spec in specs]
             try:
                 for fut in as_completed(futures):
@@ -540,7 +556,7 @@ def _run_all(specs: list[dict], cfg: dict, workers: int, record, progress: bool,
                     bar.update()
             except KeyboardInterrupt as stop:     # Ctrl-C, SIGTERM, SIGUSR1 to the sitting or to a worker
                 signum = getattr(stop, "signum", signal.SIGINT)
-                _stop_workers(pool, futures, signum, record)
+                _stop_workers(pool, futures, signum, record, stopping)
                 raise interrupt.Interrupted(signum, f"the arena stopped by {interrupt.signal_name(signum)}; every "
                                                     "finished run is in the results file"
                                             + (f", each stopped run saved under {checkpoint_dir}"
