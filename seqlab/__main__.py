@@ -145,12 +145,8 @@ def cmd_train(args) -> int:
     device = config.device(args.device)
     print(f"model {args.model} ({models.count_parameters(model):,} parameters) on task {args.task} "
           f"(seq_len {task.seq_len}, vocab {task.vocab_size}, classes {task.num_classes}); device {device}")
-    if args.resume and args.checkpoint:
-        if os.path.exists(args.checkpoint):
-            step = train.load_checkpoint(args.checkpoint)["step"]
-            print(f"resuming from step {step} of {args.checkpoint} (to step {args.steps})")
-        else:
-            print(f"no checkpoint at {args.checkpoint}: starting fresh")
+    if args.resume and args.checkpoint and not os.path.exists(args.checkpoint):
+        print(f"no checkpoint at {args.checkpoint}: starting fresh")    # a resumed run says so as it reads the file
     every = args.print_every or max(1, args.steps // 10)
     history = train.fit(model, task, steps=args.steps, batch_size=args.batch_size, lr=args.lr, device=device,
                         seed=args.seed, eval_every=args.eval_every, checkpoint=args.checkpoint,

@@ -15,7 +15,8 @@ Callback protocol
 A callback is any callable ``cb(history, record)``. ``fit`` calls it after each training step's
 record has been appended to ``history.records`` and after each evaluation record
 (``record["split"]`` is ``"train"`` or the evaluated split's name). A callback may in addition
-define ``on_fit_start(model, task)`` and ``on_fit_end(history)``; ``fit`` calls them when present.
+define ``on_fit_start(model, task)``, ``on_fit_end(history)`` and ``on_resume(step, checkpoint, steps)`` (after a
+checkpoint was read back); ``fit`` calls them when present.
 Raising :class:`StopTraining` from a callback ends training cleanly after the current step
 (a checkpoint is written first when ``checkpoint=`` is given).
 
@@ -142,6 +143,9 @@ class PrintCallback:
         elif record["step"] % self.every == 0:
             self.print_fn(f"step {record['step']:>6} | train loss {record['loss']:.4f} acc {record['accuracy']:.4f} "
                           f"lr {record['lr']:.2e} {record['tokens_per_s']:.0f} tok/s")
+
+    def on_resume(self, step: int, checkpoint: str, steps: int) -> None:
+        self.print_fn(f"resuming from step {step} of {checkpoint} (to step {steps})")
 
 
 # ----------------------------------------------------------------------------- checks
@@ -443,6 +447,7 @@ def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_
     start, stopped = 0, False
     if resume and os.path.exists(checkpoint):
         start, stopped = _restore(checkpoint, model, optimizer, history, run)
+        _call_hook(callbacks, "on_resume", start, os.fspath(checkpoint), steps)
         if stopped:     # a callback ended this run (StopTraining) at the saved step: it is finished as it is
             return history
     else:
