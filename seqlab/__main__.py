@@ -148,11 +148,8 @@ def cmd_train(args) -> int:
     if args.resume and args.checkpoint and not os.path.exists(args.checkpoint):
         print(f"no checkpoint at {args.checkpoint}: starting fresh")    # a resumed run says so as it reads the file
     every = args.print_every or max(1, args.steps // 10)
-    history = train.fit(model, task, steps=args.steps, batch_size=args.batch_size, lr=args.lr, device=device,
-                        seed=args.seed, eval_every=args.eval_every, checkpoint=args.checkpoint,
-                        checkpoint_every=args.checkpoint_every, checkpoint_seconds=args.checkpoint_seconds,
-                        resume=args.resume, callbacks=[train.PrintCallback(every, print_fn=tqdm.write)],
-                        progress=not args.no_progress, threads=args.threads)
+    history = train.fit(model, task, train_config(args, model_cfg, task.task_config, device),
+                        callbacks=[train.PrintCallback(every, print_fn=tqdm.write)])
     final = history.final or {}
     print("final " + " ".join(f"{k}={v:.4f}" for k, v in final.items() if isinstance(v, float)))
     if args.history and main_rank:
@@ -160,6 +157,15 @@ def cmd_train(args) -> int:
     if args.json:
         print(json.dumps({"final": final, "steps": history.steps}))
     return 0
+
+
+def train_config(args, model_config: dict, task_config: dict, device):
+    """The run's :class:`~seqlab.train_config.TrainConfig`: every flag of ``train`` is one of its fields."""
+    from seqlab.train_config import TrainConfig
+
+    given = {name: getattr(args, name) for name in TrainConfig.fields() if hasattr(args, name)}
+    return TrainConfig(**{**given, "device": device, "progress": not args.no_progress, "model": args.model,
+                          "model_config": model_config, "task": args.task, "task_config": dict(task_config)})
 
 
 def write_history(history, path: str) -> None:
@@ -209,7 +215,10 @@ def _described(name: str):
     """``(kind, function)`` for a model, task or experiment name; a clear error with a suggestion otherwise."""
     from seqlab import experiments, models, tasks
     from seqlab.models import registry
+    from seqlab.train_config import TrainConfig
 
+    if name in ("train", "TrainConfig"):
+        return "training settings (TrainConfig: the train command's flags, its TOML keys, fit's keywords)", TrainConfig
     if name in models.names():
         return "model", registry.builder(name)
     if name in tasks.NAMES:
@@ -235,8 +244,13 @@ def _param_line(doc: str, param: str) -> str:
 def cmd_describe(args) -> int:
     kind, fn = _described(args.name)
     doc = inspect.getdoc(fn) or ""
-    print(f"{kind} {args.name}: {doc.splitlines()[0] if doc else ''}")
+    print(f"{kind} {args.name}: {doc.splitlines()[0] if doc else ''}" if not kind.startswith("training")
+          else f"train: {kind}")
     skip = {"vocab_size", "num_classes", "seq_len"} if kind == "model" else set()
+    if args.name in ("train", "TrainConfig"):
+        for name, default in fn.defaults().items():
+            print(f"  {name:<18} {'default ' + repr(default):<24} {_param_line(doc, name)}".rstrip())
+        return 0
     for p in inspect.signature(fn).parameters.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name in skip:
             continue
@@ -329,6 +343,13 @@ def make_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--device", default="auto")
     t.add_argument("--eval-every", type=int, default=None)
+    t.add_argument("--eval-split", default="test", help="the split evaluated while training (default test)")
+    t.add_argument("--weight-decay", type=float, default=0.01, help="AdamW's, on matrices (default 0.01)")
+    t.add_argument("--betas", type=float, nargs=2, default=(0.9, 0.95), metavar=("B1", "B2"),
+                   help="AdamW's (default 0.9 0.95)")
+    t.add_argument("--warmup", type=int, default=None, help="linear warm-up steps (default min(100, steps // 10))")
+    t.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (default 1.0)")
+    t.add_argument("--final-lr-ratio", type=float, default=0.1, help="the cosine decay ends at this share of --lr")
     t.add_argument("--threads", type=int, default=None, help="CPU intra-op threads (1 is fastest for small models "
                    "on a busy machine)")
     t.add_argument("--checkpoint", default=None, help="file to save the run to (and resume from); also written "

@@ -45,10 +45,11 @@ from seqlab import config, distributed, interrupt
 from seqlab.checkpoint import (CheckpointError, check_writable, load_checkpoint, load_model,  # noqa: F401
                                remove_stale_temporaries, rng_state, save_checkpoint, set_rng_state)
 from seqlab.config import model_device
-from seqlab.interrupt import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, Interrupted, signal_name
+from seqlab.interrupt import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, Interrupted, signal_name  # noqa: F401
 from seqlab.tasks.base import Task
+from seqlab.train_config import RUN_FIELDS, TrainConfig
 
-__all__ = ["fit", "evaluate", "History", "StopTraining", "TrainingInterrupted", "check_compatible", "lr_at",
+__all__ = ["fit", "TrainConfig", "evaluate", "History", "StopTraining", "TrainingInterrupted", "check_compatible", "lr_at",
            "batch_indices", "save_checkpoint", "load_checkpoint", "load_model", "CheckpointError", "model_device",
            "PrintCallback", "CHECKPOINT_EVERY", "CHECKPOINT_SECONDS", "remove_stale_temporaries", "observe",
            "num_targets", "check_initial_loss", "first_step_at", "run_summary",
@@ -353,18 +354,11 @@ def _call_hook(callbacks: Iterable, hook: str, *args) -> None:
             fn(*args)
 
 
-_RUN_KEYS = ("steps", "batch_size", "lr", "seed", "weight_decay", "warmup", "clip", "final_lr_ratio", "betas")
-
-
-def fit(model: nn.Module, task: Task, *, steps: int, batch_size: int, lr: float, device: str | torch.device = "auto",
-        seed: int = 0, callbacks: Iterable[Callable] = (), weight_decay: float = 0.01, warmup: int | None = None,
-        clip: float | None = 1.0, final_lr_ratio: float = 0.1, eval_every: int | None = None,
-        eval_split: str | None = "test", eval_batch_size: int = 256, final_eval: bool = True,
-        checkpoint: str | os.PathLike | None = None, checkpoint_every: int | None = None,
-        checkpoint_seconds: float | None = None, resume: bool = False,
-        progress: bool = True, desc: str | None = None, threads: int | None = None,
-        betas: tuple[float, float] = (0.9, 0.95), eval_at_start: bool = False) -> History:
-    """Train ``model`` on ``task.splits["train"]`` for ``steps`` optimizer steps.
+def fit(model: nn.Module, task: Task, cfg: TrainConfig | None = None, /, *, callbacks: Iterable[Callable] = (),
+        **settings) -> History:
+    """Train ``model`` on ``task.splits["train"]`` for ``steps`` optimizer steps, as ``cfg`` (a
+    :class:`~seqlab.train_config.TrainConfig`) says, its fields replaced by ``settings`` (``fit(model, task,
+    steps=800, lr=1e-3)`` builds one from keywords alone; an unknown one is named).
 
     AdamW (``lr``, ``betas``, ``weight_decay`` on matrices), learning rate warmed up linearly over ``warmup``
     steps (default ``min(100, steps // 10)``) then cosine-decayed to ``final_lr_ratio * lr``;
@@ -390,35 +384,26 @@ def fit(model: nn.Module, task: Task, *, steps: int, batch_size: int, lr: float,
     ``eval_at_start``: evaluate ``eval_split`` before the first step too (a record at step 0, the start of the
     learning curve; the training itself is unchanged). On inside :class:`observe`, which also checks that loss.
     """
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads: expected None or a positive int, got {threads!r}")
+    cfg = TrainConfig.of(cfg, **settings)
     threads_before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
     try:
-        history = _fit(model, task, steps=steps, batch_size=batch_size, lr=lr, device=device, seed=seed,
-                    callbacks=callbacks, weight_decay=weight_decay, warmup=warmup, clip=clip,
-                    final_lr_ratio=final_lr_ratio, eval_every=eval_every, eval_split=eval_split,
-                    eval_batch_size=eval_batch_size, final_eval=final_eval, checkpoint=checkpoint,
-                    checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds, resume=resume,
-                    progress=progress, desc=desc, betas=betas,
-                    eval_at_start=eval_at_start or bool(_OBSERVERS))
+        history = _fit(model, task, cfg, callbacks, eval_at_start=cfg.eval_at_start or bool(_OBSERVERS))
     finally:
-        if threads is not None:
+        if cfg.threads is not None:
             torch.set_num_threads(threads_before)
     for runs in _OBSERVERS:
-        runs.append(run_summary(history, task, desc))
+        runs.append(run_summary(history, task, cfg.desc))
     return history
 
 
-def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_decay, warmup, clip,
-         final_lr_ratio, eval_every, eval_split, eval_batch_size, final_eval, checkpoint, checkpoint_every,
-         checkpoint_seconds,
-         resume, progress, desc, betas, eval_at_start) -> History:
-    _check_fit_args(steps=steps, batch_size=batch_size, lr=lr, eval_every=eval_every,
-                    checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds, seed=seed)
-    if resume and checkpoint is None:
-        raise ValueError("resume: resume=True needs checkpoint=PATH")
+def _fit(model, task, cfg: TrainConfig, callbacks, *, eval_at_start: bool) -> History:
+    steps, batch_size, lr, seed, betas = cfg.steps, cfg.batch_size, cfg.lr, cfg.seed, cfg.betas
+    weight_decay, clip, final_lr_ratio = cfg.weight_decay, cfg.clip, cfg.final_lr_ratio
+    eval_every, eval_split, eval_batch_size, final_eval = cfg.eval_every, cfg.eval_split, cfg.eval_batch_size, \
+        cfg.final_eval
+    checkpoint, resume, progress, desc = cfg.checkpoint, cfg.resume, cfg.progress, cfg.desc
     if checkpoint is not None:
         check_writable(checkpoint)
         remove_stale_temporaries(checkpoint)      # what a kill inside an earlier save left behind
@@ -427,21 +412,18 @@ def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_
         raise ValueError(f"task {task.name!r} has no 'train' split (splits: {sorted(task.splits)})")
     if eval_split is not None and eval_split not in task.splits:
         raise ValueError(f"eval_split: task {task.name!r} has splits {sorted(task.splits)}, got {eval_split!r}")
-    if warmup is not None and (not isinstance(warmup, int) or warmup < 0):
-        raise ValueError(f"warmup: expected None or a non-negative int, got {warmup!r}")
-    warmup = min(100, steps // 10) if warmup is None else warmup
+    warmup = min(100, steps // 10) if cfg.warmup is None else cfg.warmup
     callbacks = (callbacks,) if callable(callbacks) else tuple(callbacks)
-    dev = config.device(device)
+    dev = config.device(cfg.device)
     rank, world = 0, 1
     if distributed.launched():          # under torchrun: data-parallel (seqlab.distributed)
         rank, world, dev = distributed.setup(dev)
         callbacks = callbacks if rank == 0 else ()
         progress = progress and rank == 0
     model.to(dev)
-    run = {"steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed, "weight_decay": weight_decay,
-           "warmup": warmup, "clip": clip, "final_lr_ratio": final_lr_ratio, "betas": tuple(betas),
-           "model": _model_name(model), "model_config": getattr(model, "model_config", None),
-           "task": task.name, "task_config": getattr(task, "task_config", None), "eval_split": eval_split}
+    run = {**cfg.run_record(), "warmup": warmup, "model": _model_name(model),
+           "model_config": getattr(model, "model_config", None), "task": task.name,
+           "task_config": getattr(task, "task_config", None), "eval_split": eval_split}
     optimizer = torch.optim.AdamW(_param_groups(model, weight_decay), lr=lr, betas=tuple(betas))
     history = History(config=run)
     start, stopped = 0, False
@@ -466,8 +448,7 @@ def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_
     if world > 1:
         net = nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
 
-    every = checkpoint_every or CHECKPOINT_EVERY
-    seconds = CHECKPOINT_SECONDS if checkpoint_seconds is None else checkpoint_seconds
+    every, seconds = cfg.periodic_steps, cfg.periodic_seconds
     saved = {"step": start if checkpoint is not None and resume and start else None, "at": time.perf_counter()}
 
     def snapshot(step: int, stopped: bool = False) -> None:
@@ -585,30 +566,12 @@ def _fit(model, task, *, steps, batch_size, lr, device, seed, callbacks, weight_
     return history
 
 
-def _check_fit_args(**kw) -> None:
-    for name in ("steps", "batch_size"):
-        v = kw[name]
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name}: expected a positive int, got {v!r}")
-    if not isinstance(kw["lr"], (int, float)) or not kw["lr"] > 0:
-        raise ValueError(f"lr: expected a positive number, got {kw['lr']!r}")
-    for name in ("eval_every", "checkpoint_every"):
-        v = kw[name]
-        if v is not None and (not isinstance(v, int) or v < 1):
-            raise ValueError(f"{name}: expected None or a positive int, got {v!r}")
-    v = kw.get("checkpoint_seconds")
-    if v is not None and (not isinstance(v, (int, float)) or not v > 0):
-        raise ValueError(f"checkpoint_seconds: expected None or a positive number, got {v!r}")
-    if not isinstance(kw["seed"], int) or kw["seed"] < 0:
-        raise ValueError(f"seed: expected a non-negative int, got {kw['seed']!r}")
-
-
 def _restore(path, model: nn.Module, optimizer: torch.optim.Optimizer, history: History,
              run: dict) -> tuple[int, bool]:
     """Load a checkpoint into ``model``, ``optimizer`` and ``history``; return the step it was saved at and
     whether a callback had stopped the run there (:class:`StopTraining`: such a run is not continued).
 
-    The run must be the same one (every setting of :data:`_RUN_KEYS`, the model, its config and the task);
+    The run must be the same one (every setting of :data:`RUN_FIELDS`, the model, its config and the task);
     only ``steps`` may grow: the run then continues on the schedule of the new total (warm-up and cosine
     decay computed for it, so the learning rate after the resume differs from the shorter run's)."""
     state = load_checkpoint(path)
@@ -618,7 +581,7 @@ def _restore(path, model: nn.Module, optimizer: torch.optim.Optimizer, history: 
     if extended and run["steps"] < step:
         raise ValueError(f"steps: the checkpoint {os.fspath(path)!r} is at step {step}; steps={run['steps']} "
                          f"would end before it (steps may only grow on resume)")
-    keys = [k for k in _RUN_KEYS if not (extended and k in ("steps", "warmup"))] + ["model", "task"]
+    keys = [k for k in RUN_FIELDS if not (extended and k in ("steps", "warmup"))] + ["model", "task"]
     diff = [f"{k}: checkpoint {saved.get(k)!r}, now {run.get(k)!r}" for k in keys if saved.get(k) != run.get(k)]
     if diff:
         raise ValueError(f"resume: the checkpoint {os.fspath(path)!r} belongs to a different run; "

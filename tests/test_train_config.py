@@ -1,0 +1,62 @@
+"""TrainConfig: one vocabulary for a run's settings, read and written by fit, the command line, its TOML files and
+the checkpoints (a config round-trips through each)."""
+import dataclasses
+
+import pytest
+import torch
+
+from seqlab import models, tasks, train
+from seqlab.__main__ import make_parser, train_config
+from seqlab.train_config import TrainConfig
+
+TASK = dict(min_len=2, max_len=4, train_size=40, test_size=16, autoregressive_n=4)
+CFG = TrainConfig(steps=6, batch_size=8, lr=2e-3, seed=3, weight_decay=0.02, warmup=2, clip=0.5, final_lr_ratio=0.2,
+                  betas=(0.8, 0.9), eval_every=3, checkpoint_every=2, threads=1, progress=False)
+
+
+def test_every_train_flag_is_a_field():
+    train_parser = make_parser().train_parser
+    dests = {a.dest for a in train_parser._actions} - {"help", "config_file", "config", "task_config", "model",
+                                                        "task", "print_every", "no_progress", "json", "history"}
+    assert dests <= set(TrainConfig.fields()), sorted(dests - set(TrainConfig.fields()))
+
+
+def test_a_config_round_trips_through_a_toml_file_and_the_command_line(tmp_path):
+    from seqlab.__main__ import parse_args
+
+    fields = ("steps", "batch_size", "lr", "seed", "weight_decay", "warmup", "clip", "final_lr_ratio", "eval_every",
+              "checkpoint_every", "threads")
+    lines = [f"{k} = {getattr(CFG, k)!r}" for k in fields] + ["betas = [0.8, 0.9]", 'model = "gateloop"',
+                                                               'task = "copying"', "[config]", "d_model = 8"]
+    path = tmp_path / "run.toml"
+    path.write_text("\n".join(lines) + "\n")
+    args = parse_args(["train", "--config-file", str(path), "--no-progress"])
+    got = train_config(args, {"d_model": 8}, {}, "auto")
+    assert {k: getattr(got, k) for k in (*fields, "betas")} == {k: getattr(CFG, k) for k in (*fields, "betas")}
+    assert (got.model, got.model_config, got.task) == ("gateloop", {"d_model": 8}, "copying")
+
+
+def test_a_config_round_trips_through_a_checkpoint(tmp_path):
+    task = tasks.copying(**TASK)
+    torch.manual_seed(0)
+    model = models.build("gateloop", vocab_size=task.vocab_size, d_model=8, n_layers=1)
+    train.fit(model, task, CFG, checkpoint=tmp_path / "run.pt")
+    back = TrainConfig.from_run(train.load_checkpoint(tmp_path / "run.pt")["run"])
+    assert back.run_record() == CFG.run_record()
+    assert back.model == "gateloop" and back.model_config["d_model"] == 8 and back.task == "copying"
+
+
+def test_keywords_build_a_config_and_replace_its_fields(tmp_path):
+    task = tasks.copying(**TASK)
+
+    def run(*args, **kw):
+        torch.manual_seed(0)
+        model = models.build("gateloop", vocab_size=task.vocab_size, d_model=8, n_layers=1)
+        return train.fit(model, task, *args, **kw).train_loss()
+
+    assert run(CFG) == run(**{f.name: getattr(CFG, f.name) for f in dataclasses.fields(CFG)})
+    assert run(CFG, lr=1e-2) == run(dataclasses.replace(CFG, lr=1e-2)) != run(CFG)
+    with pytest.raises(TypeError, match=r"unexpected training setting\(s\) \['stesp'\]"):
+        train.fit(None, task, stesp=3)
+    with pytest.raises(ValueError, match=r"betas: expected two numbers in \[0, 1\)"):
+        TrainConfig(betas=(0.9, 1.5))
