@@ -1,0 +1,230 @@
+"""Running a claim over seeds (:func:`reproduce`): each seed's runs checkpointed and kept, the record, its figure,
+``claims.json`` and the results page gathered after each claim."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from seqlab import config, results
+from seqlab.claims import CLAIMS, FIELDS, RESULTS_DIR, Claim, get, one_math_thread, summarize  # noqa: F401
+from seqlab.claims.report import render_readme
+from seqlab.results import machine, profile_tag
+
+__all__ = ["reproduce", "reproduce_claim", "write_summary", "gather", "default_out", "command"]
+
+
+def default_out(profile: str) -> Path:
+    """``results/`` for the medium profile (the committed results), ``results/<profile>/`` for any other."""
+    tag = profile_tag(profile)
+    return RESULTS_DIR if tag == "medium" else RESULTS_DIR / tag
+
+
+def command(claim_id: str, profile: str, seeds: int) -> str:
+    """The command that reproduces one claim's record."""
+    where = f"SEQLAB_PROFILE={profile} " if profile in config.PROFILES else ""
+    flag = "" if profile in config.PROFILES else f" --profile {profile}"
+    return f"{where}python -m seqlab reproduce {claim_id}{flag} --seeds {seeds}"
+
+
+def _read(path: Path) -> dict | None:
+    """A claim's JSON file; None where there is none. A corrupted one raises ``ResultsError`` naming it (it is
+    never taken for a missing file, so never overwritten by the next run)."""
+    from seqlab import results
+
+    return results.read_json(path)
+
+
+def _write(path: Path, data) -> None:
+    """JSON, written to this writer's own temporary file and moved into place (``seqlab.results.write_json``)."""
+    from seqlab import results
+
+    results.write_json(path, data)
+
+
+def gather(out: str | os.PathLike) -> dict:
+    """``{"claims": [...]}``: every claim record in ``out``, in the order of :data:`CLAIMS`."""
+    out = Path(out)
+    records = [_read(out / f"{cid}.json") for cid in CLAIMS]
+    return {"claims": [r for r in records if r is not None]}
+
+
+# ----------------------------------------------------------------------------------------------- running
+
+
+def _sizes(claim: Claim, profile: str) -> dict:
+    from seqlab.experiments import _common
+
+    return _common.profile_sizes(claim.table(), profile, {})
+
+
+def _check_runs_folder(folder: Path, sizes: dict) -> None:
+    """A claim's runs folder belongs to one set of sizes: a folder of other sizes is refused, naming them."""
+    path = folder / "sizes.json"
+    saved = _read(path)
+    current = json.loads(json.dumps(sizes))
+    if saved is None:
+        _write(path, current)
+    elif saved != current:
+        keys = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+        diff = "; ".join(f"{k}: {saved.get(k)!r} there, {current.get(k)!r} now" for k in keys)
+        raise ValueError(f"redo: {folder} holds runs at other sizes ({diff}); pass --redo (redo=True) to start "
+                         "them again")
+
+
+def _run_seed(claim: Claim, seed: int, folder: Path, profile: str, progress: bool) -> dict:
+    """One seed's result: read back where it finished before, else run (resuming its checkpoints) and kept."""
+    path = folder / f"seed{seed}" / "result.json"
+    done = _read(path)
+    if done is not None:
+        return done
+    partial_path = folder / f"seed{seed}" / "interrupted_s.json"
+    before = (_read(partial_path) or {}).get("seconds", 0.0)
+    start = time.perf_counter()
+    from seqlab import train
+
+    try:
+        with train.observe() as runs:      # every trained run: its start (checked), its curve, its steps to 0.9/0.99
+            result = claim.run(seed, profile=profile, folder=str(folder / f"seed{seed}"), progress=progress)
+    except BaseException:
+        _write(partial_path, {"seconds": before + time.perf_counter() - start})
+        raise
+    result = json.loads(json.dumps({**result, "runs": runs, "wall_s": before + time.perf_counter() - start}))
+    _write(path, result)
+    return result
+
+
+def reproduce_claim(claim_id: str, *, profile: str | None = None, seeds: int = 3, out=None, redo: bool = False,
+                    progress: bool = True) -> dict:
+    """Run one claim over seeds ``0 .. seeds-1`` (or read it back) and write its record and figure. Every run is
+    on one CPU math thread (:func:`one_math_thread`), so that a seed's numbers do not depend on what ran before.
+
+    Returns the record. A record already written in this profile for these seeds and sizes is returned as it is
+    (nothing runs) unless ``redo``; ``redo`` also throws away the claim's kept seeds and checkpoints."""
+    from tqdm.auto import tqdm
+
+    claim = get(claim_id)
+    if not isinstance(seeds, int) or seeds < 1:
+        raise ValueError(f"seeds: expected a positive int, got {seeds!r}")
+    profile = profile or config.profile()
+    out = Path(out) if out is not None else default_out(profile)
+    tag, seed_list = profile_tag(profile), list(range(seeds))
+    sizes = _sizes(claim, profile)
+    existing = _read(out / f"{claim.id}.json")
+    if not redo and existing and (existing.get("profile"), existing.get("seeds")) == (tag, seed_list) \
+            and existing.get("sizes") == json.loads(json.dumps(sizes)):
+        return existing
+    folder = out / ".runs" / tag / claim.id
+    if redo and folder.exists():
+        shutil.rmtree(folder)
+    _check_runs_folder(folder, sizes)
+    with one_math_thread():
+        results = [_run_seed(claim, seed, folder, profile, progress)
+                   for seed in tqdm(seed_list, desc=f"{claim.id} ({tag})", disable=not progress, unit="seed")]
+    record = _record(claim, profile, seed_list, results, sizes)
+    out.mkdir(parents=True, exist_ok=True)
+    record["figure"] = _save_figure(record, out)
+    _write(out / f"{claim.id}.json", record)
+    return record
+
+
+def _record(claim: Claim, profile: str, seeds: list[int], results: list[dict], sizes: dict) -> dict:
+    numbers = summarize(claim, seeds, results)
+    record = {"id": claim.id, "paper": claim.paper, "statement": claim.statement, "profile": profile_tag(profile),
+              "metric": claim.metric, "higher_is_better": claim.higher_is_better, "better": numbers["better"],
+              "worse": numbers["worse"], "arms": numbers["arms"], "paper_values": dict(claim.paper_values),
+              "verdict": numbers["verdict"], "command": command(claim.id, profile, len(seeds)),
+              "wall_s": round(sum(r["wall_s"] for r in results), 1), "machine": machine()}
+    record.update({k: v for k, v in numbers.items() if k not in record})
+    record.update({"paper_data": claim.paper_data, "stand_in": claim.stand_in, "experiment": claim.experiment,
+                   "sizes": sizes,
+                   "seed_wall_s": [round(r["wall_s"], 1) for r in results],
+                   "details": [r.get("details") for r in results],
+                   "runs": [r.get("runs", []) for r in results],
+                   "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
+    return json.loads(json.dumps(record))
+
+
+def _save_figure(record: dict, out: Path) -> str:
+    """The record's figure as ``<id>.png`` (kaleido), else its plotly JSON as ``<id>.plotly.json``; the file
+    name, relative to ``out``."""
+    from seqlab.viz.claims import claim_figure
+
+    fig = claim_figure(record)
+    png = out / f"{record['id']}.png"
+    try:
+        import warnings
+
+        import plotly.io as pio
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            png.write_bytes(pio.to_image(fig, format="png", width=fig.layout.width or 900,
+                                         height=fig.layout.height or 420))
+        return png.name
+    except Exception as err:   # no kaleido or no Chromium: the figure's JSON, drawn by plotly anywhere
+        print(f"figure: no PNG ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
+              f"writing the plotly JSON instead", file=sys.stderr)
+        path = out / f"{record['id']}.plotly.json"
+        fig.write_json(str(path))
+        return path.name
+
+
+def reproduce(ids=None, *, profile: str | None = None, seeds: int = 3, out=None, redo: bool = False,
+              progress: bool = True) -> list[dict]:
+    """Run the claims ``ids`` (all of :data:`CLAIMS` when empty) one after the other; after each, gather
+    ``claims.json`` and ``README.md`` in ``out`` again. Returns their records."""
+    ids = list(ids or CLAIMS)
+    for cid in ids:
+        get(cid)
+    profile = profile or config.profile()
+    out = Path(out) if out is not None else default_out(profile)
+    records = []
+    with _figure_server():
+        for cid in ids:
+            records.append(reproduce_claim(cid, profile=profile, seeds=seeds, out=out, redo=redo, progress=progress))
+            write_summary(out)
+    return records
+
+
+def write_summary(out) -> None:
+    """``claims.json`` and ``README.md`` of the folder ``out``, from the claim records in it."""
+    from filelock import FileLock
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out / "claims.json.lock")):    # two reproduce sittings side by side: the last gather has all
+        gathered = gather(out)
+        _write(out / "claims.json", gathered)
+        _write_text(out / "README.md", render_readme(gathered, notes_dir=out / "notes"))
+
+
+def _write_text(path: Path, text: str) -> None:
+    from seqlab import results
+
+    try:
+        path.write_text(text)
+    except OSError as err:
+        raise results.ResultsError(results.write_failure(path, err)) from err
+
+
+class _figure_server:
+    """One kaleido browser for all the figures of a call (each figure alone would start its own)."""
+
+    def __enter__(self):
+        try:
+            import kaleido
+
+            kaleido.start_sync_server(silence_warnings=True)
+            self.kaleido = kaleido
+        except Exception:       # no kaleido: figures fall back to their JSON
+            self.kaleido = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.kaleido is not None:
+            self.kaleido.stop_sync_server(silence_warnings=True)
+        return False
