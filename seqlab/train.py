@@ -30,14 +30,11 @@ continues the same run bit-for-bit on CPU.
 """
 from __future__ import annotations
 
-import math
 import os
 import signal
 import time
-from functools import lru_cache
 from typing import Callable, Iterable
 
-import numpy as np
 import torch
 import torch.nn as nn
 
@@ -46,6 +43,10 @@ from seqlab.checkpoint import (CheckpointError, check_writable, load_checkpoint,
                                remove_stale_temporaries, rng_state, save_checkpoint, set_rng_state)
 from seqlab.config import model_device
 from seqlab.interrupt import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, Interrupted, signal_name  # noqa: F401
+from seqlab.history import (INITIAL_LOSS_TOLERANCE, THRESHOLDS, History, PrintCallback,  # noqa: F401
+                            check_initial_loss, first_step_at, num_targets, observe, observing, record_run,
+                            run_summary)
+from seqlab.schedule import batch_indices, lr_at
 from seqlab.tasks.base import Task
 from seqlab.train_config import RUN_FIELDS, TrainConfig
 
@@ -80,135 +81,7 @@ class TrainingInterrupted(Interrupted):
         return (type(self), (self.step, self.checkpoint, self.signum, self.saved))
 
 
-# ----------------------------------------------------------------------------- history
-
-
-class History:
-    """Metric records of one training run.
-
-    ``records``: list of dicts in the order they happened (train steps and evaluations).
-    ``final``: the metrics of the evaluation at the end of ``fit`` (``None`` if there was none).
-    """
-
-    def __init__(self, records: list[dict] | None = None, final: dict | None = None, config: dict | None = None):
-        self.records: list[dict] = list(records or [])
-        self.final: dict | None = final
-        self.config: dict = dict(config or {})
-
-    def append(self, record: dict) -> None:
-        self.records.append(record)
-
-    def split(self, name: str = "train") -> list[dict]:
-        """All records of one split (``"train"`` or an evaluated split)."""
-        return [r for r in self.records if r.get("split") == name]
-
-    def series(self, key: str, split: str = "train") -> tuple[list[int], list[float]]:
-        """``(steps, values)`` of one metric, for plotting."""
-        rows = [r for r in self.split(split) if key in r]
-        return [r["step"] for r in rows], [r[key] for r in rows]
-
-    def train_loss(self) -> list[float]:
-        return self.series("loss", "train")[1]
-
-    def last(self, key: str = "loss", split: str = "train"):
-        """The latest value of ``key`` in ``split`` (``None`` if never recorded)."""
-        for r in reversed(self.records):
-            if r.get("split") == split and key in r:
-                return r[key]
-        return None
-
-    @property
-    def steps(self) -> int:
-        train = self.split("train")
-        return train[-1]["step"] if train else 0
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def __repr__(self) -> str:
-        final = ", ".join(f"{k}={v:.4f}" for k, v in (self.final or {}).items() if isinstance(v, float))
-        return f"History(steps={self.steps}, records={len(self.records)}{', final: ' + final if final else ''})"
-
-
-class PrintCallback:
-    """Print a one-line summary every ``every`` steps and after each evaluation (for terminals)."""
-
-    def __init__(self, every: int = 100, print_fn: Callable[[str], None] = print):
-        self.every, self.print_fn = every, print_fn
-
-    def __call__(self, history: History, record: dict) -> None:
-        if record["split"] != "train":
-            metrics = " ".join(f"{k}={v:.4f}" for k, v in record.items() if k not in ("step", "split")
-                               and isinstance(v, float))
-            self.print_fn(f"step {record['step']:>6} | {record['split']}: {metrics}")
-        elif record["step"] % self.every == 0:
-            self.print_fn(f"step {record['step']:>6} | train loss {record['loss']:.4f} acc {record['accuracy']:.4f} "
-                          f"lr {record['lr']:.2e} {record['tokens_per_s']:.0f} tok/s")
-
-    def on_resume(self, step: int, checkpoint: str, steps: int) -> None:
-        self.print_fn(f"resuming from step {step} of {checkpoint} (to step {steps})")
-
-
 # ----------------------------------------------------------------------------- checks
-
-
-# ----------------------------------------------------------------------------------------------- run summaries
-
-INITIAL_LOSS_TOLERANCE = 0.3     # nats: a run must start within this of ln(num_targets), the loss of a uniform guess
-THRESHOLDS = (0.9, 0.99)         # the accuracies whose first step a run summary records (steps_to_0.9, ...)
-
-
-def num_targets(task: Task) -> int:
-    """The classes the model's head chooses among: the task's labels, or its vocabulary for next-token tasks."""
-    return task.num_classes or task.vocab_size
-
-
-def check_initial_loss(loss: float, targets: int, run: str) -> None:
-    """A model must start near the loss of a uniform guess, ``ln(targets)``: a wrong initial scale (logits far
-    from zero) shows here, before any step is spent on it. ``ValueError`` naming ``run`` otherwise."""
-    uniform = math.log(targets)
-    if not abs(loss - uniform) <= INITIAL_LOSS_TOLERANCE:
-        raise ValueError(f"{run}: initial validation loss {loss:.3f} is more than {INITIAL_LOSS_TOLERANCE} nats from "
-                         f"ln({targets}) = {uniform:.3f}, the loss of a uniform guess: the initialisation's scale "
-                         "is wrong for this width")
-
-
-def first_step_at(curve: list, threshold: float) -> int | None:
-    """The first step of ``curve`` (``[[step, accuracy], ...]``) whose accuracy reaches ``threshold``; None if none."""
-    return next((step for step, acc in curve if acc >= threshold), None)
-
-
-def run_summary(history: History, task: Task, name: str | None = None) -> dict:
-    """What a comparison keeps of one run besides its final number: ``initial_loss`` (the watched split's loss
-    before step 1, from the step-0 record of ``fit(..., eval_at_start=True)``; None where the run has none),
-    ``num_targets``, the ``curve`` ``[[step, accuracy], ...]`` of the watched split and the first step reaching
-    each of :data:`THRESHOLDS` (``steps_to_0.9``, ``steps_to_0.99``; None if never)."""
-    split = history.config.get("eval_split")
-    evals = history.split(split) if split else []
-    start = next((r for r in evals if r["step"] == 0), None)
-    curve = [[r["step"], round(float(r["accuracy"]), 6)] for r in evals if "accuracy" in r]
-    return {"name": name or f"{history.config.get('model')} on {task.name}", "task": task.name, "eval_split": split,
-            "num_targets": num_targets(task), "initial_loss": None if start is None else round(float(start["loss"]), 6),
-            "curve": curve, **{f"steps_to_{t}": first_step_at(curve, t) for t in THRESHOLDS}}
-
-
-_OBSERVERS: list[list] = []
-
-
-class observe:
-    """``with train.observe() as runs:`` every ``fit`` inside evaluates its watched split before step 1
-    (``eval_at_start``), refuses to train a model whose initial loss is more than
-    :data:`INITIAL_LOSS_TOLERANCE` nats from ``ln(num_targets)`` (:func:`check_initial_loss`), and appends its
-    :func:`run_summary` to ``runs`` when it returns. How the claims record every run of an experiment without the
-    experiment's code knowing (nested blocks each see the runs inside them)."""
-
-    def __enter__(self) -> list[dict]:
-        self.runs: list[dict] = []
-        _OBSERVERS.append(self.runs)
-        return self.runs
-
-    def __exit__(self, *exc) -> None:
-        del _OBSERVERS[next(i for i, runs in enumerate(_OBSERVERS) if runs is self.runs)]   # by identity
 
 
 def _model_name(model: nn.Module) -> str:
@@ -247,42 +120,6 @@ def check_compatible(model: nn.Module, task: Task) -> None:
     if m_max is not None and task.seq_len > m_max:
         raise ValueError(f"task {tname!r} has seq_len {task.seq_len} but model {name!r} accepts at most "
                          f"max_len {m_max}; build it with max_len>={task.seq_len}")
-
-
-# ----------------------------------------------------------------------------- schedule and batches
-
-
-def lr_at(step: int, *, lr: float, steps: int, warmup: int, final_lr_ratio: float = 0.1) -> float:
-    """Learning rate of (0-based) ``step``: linear warm-up over ``warmup`` steps, then cosine decay
-    from ``lr`` to ``final_lr_ratio * lr`` at the last step."""
-    if warmup > 0 and step < warmup:
-        return lr * (step + 1) / warmup
-    span = max(1, steps - warmup - 1)
-    progress = min(1.0, (step - warmup) / span)
-    return lr * (final_lr_ratio + (1 - final_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
-@lru_cache(maxsize=4)
-def _epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
-    # A 64-bit seed mixed from (seed, epoch): independent streams, no collisions between pairs.
-    mixed = int(np.random.SeedSequence([seed, epoch]).generate_state(2, dtype=np.uint32).view(np.uint64)[0])
-    g = torch.Generator().manual_seed(mixed & 0x7FFF_FFFF_FFFF_FFFF)
-    return torch.randperm(n, generator=g)
-
-
-def batch_indices(n: int, batch_size: int, seed: int, step: int) -> torch.Tensor:
-    """Example indices of the batch at (0-based) ``step``: a pure function of ``(seed, step)``.
-
-    The split is read as an endless stream of epochs, each a permutation seeded by
-    ``(seed, epoch)``; step ``s`` takes the examples ``s*B ... s*B + B - 1`` of that stream.
-    """
-    parts, pos, need = [], step * batch_size, batch_size
-    while need > 0:
-        epoch, offset = divmod(pos, n)
-        take = _epoch_permutation(n, seed, epoch)[offset:offset + need]
-        parts.append(take)
-        pos, need = pos + len(take), need - len(take)
-    return torch.cat(parts)
 
 
 # ----------------------------------------------------------------------------- evaluate
@@ -389,12 +226,11 @@ def fit(model: nn.Module, task: Task, cfg: TrainConfig | None = None, /, *, call
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     try:
-        history = _fit(model, task, cfg, callbacks, eval_at_start=cfg.eval_at_start or bool(_OBSERVERS))
+        history = _fit(model, task, cfg, callbacks, eval_at_start=cfg.eval_at_start or observing())
     finally:
         if cfg.threads is not None:
             torch.set_num_threads(threads_before)
-    for runs in _OBSERVERS:
-        runs.append(run_summary(history, task, cfg.desc))
+    record_run(history, task, cfg.desc)
     return history
 
 
@@ -435,7 +271,7 @@ def _fit(model, task, cfg: TrainConfig, callbacks, *, eval_at_start: bool) -> Hi
     else:
         if eval_at_start and eval_split:      # before the seed: the training's random draws are not moved
             first = {"step": 0, "split": eval_split, **evaluate(model, task, eval_split, batch_size=eval_batch_size)}
-            if _OBSERVERS:
+            if observing():
                 check_initial_loss(first["loss"], num_targets(task), desc or f"{_model_name(model)} on {task.name}")
             history.append(first)
         torch.manual_seed(seed)

@@ -106,6 +106,8 @@ def test_the_imports_between_modules_hold_no_cycle():
 @pytest.mark.parametrize("module,forbidden", [
     ("seqlab.train", ("seqlab.experiments", "seqlab.claims", "seqlab.viz", "seqlab.exercises")),
     ("seqlab.checkpoint", ("seqlab.train", "seqlab.experiments", "seqlab.claims")),
+    ("seqlab.history", ("seqlab.train", "seqlab.experiments", "seqlab.claims")),
+    ("seqlab.schedule", ("seqlab.train", "seqlab.experiments", "seqlab.claims")),
     ("seqlab.results", ("seqlab.train", "seqlab.experiments", "seqlab.claims")),
 ])
 def test_the_upper_floors_import_downward(module, forbidden):
