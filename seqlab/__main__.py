@@ -81,7 +81,9 @@ def resume_hint(args, stop) -> str:
     if args.func is cmd_train:
         again = " ".join(a for a in args.argv if a != "--resume") + " --resume"
         return f"; resume with: python -m seqlab {again}" if checkpoint else ""
-    if args.func is cmd_experiment and not (checkpoint or args.checkpoint_dir):
+    folder = args.func is cmd_experiment and (args.checkpoint_dir or any(
+        str(p).startswith("checkpoint_dir=") for p in (args.params or [])))      # the flag or the key=value
+    if args.func is cmd_experiment and not (checkpoint or folder):
         return "; add --checkpoint-dir DIR to make an experiment resumable"
     if args.func in (cmd_experiment, cmd_reproduce):
         return "; run the same command again to resume"

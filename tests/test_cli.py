@@ -174,3 +174,11 @@ def test_generate_continues_a_prompt_with_a_checkpoints_model(tmp_path, capsys):
     assert main(_train(copy_ckpt, steps=1)) == 0
     assert main(["generate", str(copy_ckpt), "--prompt", "abc", "--device", "cpu"]) == 2
     assert "give token ids with --ids" in capsys.readouterr().err
+
+
+def test_a_stopped_experiment_with_a_checkpoint_folder_given_as_a_pair_says_it_resumes():
+    from seqlab.__main__ import parse_args, resume_hint
+
+    given = parse_args(["experiment", "arena", "profile=quick", "checkpoint_dir=runs/arena"])
+    assert resume_hint(given, KeyboardInterrupt()) == "; run the same command again to resume"
+    assert "add --checkpoint-dir" in resume_hint(parse_args(["experiment", "arena"]), KeyboardInterrupt())
