@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import platform
 import signal
 import sys
