@@ -13,15 +13,17 @@ import contextlib
 import glob
 import os
 import tempfile
+import time
 
 import torch
 import torch.nn as nn
 
 from seqlab import config
 from seqlab.results import write_failure
+from seqlab.train_config import RUN_FIELDS
 
 __all__ = ["save_checkpoint", "load_checkpoint", "load_model", "check_writable", "remove_stale_temporaries",
-           "CheckpointError", "rng_state", "set_rng_state"]
+           "CheckpointError", "rng_state", "set_rng_state", "restore", "PeriodicSaver"]
 
 
 def _tmp_prefix(path: str) -> str:
@@ -129,3 +131,62 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> n
     model.load_state_dict(state["model"])
     model.run = run
     return model.to(config.device(device)).eval()
+
+
+def restore(path, model: nn.Module, optimizer: torch.optim.Optimizer, history, run: dict) -> tuple[int, bool]:
+    """Load a checkpoint into ``model``, ``optimizer`` and ``history``; return the step it was saved at and
+    whether a callback had stopped the run there (``StopTraining``: such a run is not continued).
+
+    The run must be the same one (every setting of :data:`RUN_FIELDS`, the model, its config and the task);
+    only ``steps`` may grow: the run then continues on the schedule of the new total (warm-up and cosine
+    decay computed for it, so the learning rate after the resume differs from the shorter run's)."""
+    state = load_checkpoint(path)
+    saved = state["run"]
+    step = int(state["step"])
+    extended = run["steps"] != saved.get("steps")
+    if extended and run["steps"] < step:
+        raise ValueError(f"steps: the checkpoint {os.fspath(path)!r} is at step {step}; steps={run['steps']} "
+                         f"would end before it (steps may only grow on resume)")
+    keys = [k for k in RUN_FIELDS if not (extended and k in ("steps", "warmup"))] + ["model", "task"]
+    diff = [f"{k}: checkpoint {saved.get(k)!r}, now {run.get(k)!r}" for k in keys if saved.get(k) != run.get(k)]
+    if diff:
+        raise ValueError(f"resume: the checkpoint {os.fspath(path)!r} belongs to a different run; "
+                         f"differences: {'; '.join(diff)}")
+    mine, theirs = run.get("model_config") or {}, saved.get("model_config") or {}
+    if mine and theirs and mine != theirs:
+        keys = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        raise ValueError(f"resume: the checkpoint {os.fspath(path)!r} holds another {run['model']} config; "
+                         + "; ".join(f"{k}: checkpoint {theirs.get(k)!r}, now {mine.get(k)!r}" for k in keys))
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as err:   # a config that the checkpoint does not name (an older checkpoint)
+        raise ValueError(f"resume: the checkpoint {os.fspath(path)!r} does not fit this model (another config?): "
+                         f"{str(err).splitlines()[0]}") from None
+    optimizer.load_state_dict(state["optimizer"])
+    history.records.extend(state["records"])
+    set_rng_state(state["rng"])
+    return step, bool(state.get("stopped", False))
+
+
+class PeriodicSaver:
+    """The saves of one run to ``path`` (rank 0 writes): :meth:`save` at a step, :meth:`due` when the next
+    periodic one is, every ``every`` steps or ``seconds`` of wall time (None: never by time), whichever comes
+    first. ``state(step, stopped)`` gives what to write. ``last`` is the step of the last save of this run (the
+    resumed step when it resumed), named when a later save fails."""
+
+    def __init__(self, path, state, *, every: int, seconds: float | None, last: int | None = None, rank: int = 0):
+        self.path, self.state, self.every, self.seconds, self.rank = path, state, every, seconds, rank
+        self.last, self.at = last, time.perf_counter()
+
+    def save(self, step: int, stopped: bool = False) -> None:
+        if self.rank == 0:
+            try:
+                save_checkpoint(self.path, self.state(step, stopped))
+            except CheckpointError as err:
+                kept = (f"the previous checkpoint at step {self.last} is intact" if self.last is not None
+                        else "no earlier checkpoint of this run was written")
+                raise CheckpointError(f"{err} (at step {step}); {kept}") from err.__cause__
+        self.last, self.at = step, time.perf_counter()
+
+    def due(self, step: int) -> bool:
+        return step % self.every == 0 or (self.seconds is not None and time.perf_counter() - self.at >= self.seconds)

@@ -5,7 +5,7 @@ shortly after), and SLURM can send SIGUSR1 ahead of a time limit. Two places lis
 
 - while ``seqlab.train.fit`` runs its steps (:func:`stepping`), each of the three signals only sets a flag;
   the loop reads it between two steps (:func:`requested`), writes its checkpoint and raises
-  ``TrainingInterrupted``: no optimizer step is ever half applied. A second signal while the first is pending
+  :class:`TrainingInterrupted`: no optimizer step is ever half applied. A second signal while the first is pending
   stops at once (a step that hangs can still be broken);
 - around a whole command (:func:`handling`: ``train``, ``experiment``, ``reproduce``), SIGTERM and SIGUSR1 outside
   a training loop raise :class:`Interrupted` at once, as Ctrl-C raises ``KeyboardInterrupt``.
@@ -21,7 +21,7 @@ import contextlib
 import signal
 import threading
 
-__all__ = ["Interrupted", "SIGNALS", "CHECKPOINT_EVERY", "CHECKPOINT_SECONDS", "handling", "stepping", "requested",
+__all__ = ["Interrupted", "TrainingInterrupted", "SIGNALS", "CHECKPOINT_EVERY", "CHECKPOINT_SECONDS", "handling", "stepping", "requested",
            "take", "exit_code", "signal_name"]
 
 CHECKPOINT_EVERY = 500           # steps between two periodic saves of a run that has a checkpoint ...
@@ -48,6 +48,26 @@ class Interrupted(KeyboardInterrupt):
 
     def __reduce__(self):                   # crosses process boundaries (the arena's workers) intact
         return (type(self), (self.signum, str(self)))
+
+
+class TrainingInterrupted(Interrupted):
+    """Ctrl-C, SIGTERM or SIGUSR1 during ``seqlab.train.fit`` (``signum``): ``step`` optimizer steps
+    were done and, with a checkpoint, saved to ``checkpoint`` (``None`` without one; ``saved=False`` when a forced
+    second signal came inside an optimizer step: the file then holds its last periodic save). Still a
+    ``KeyboardInterrupt``: whatever stops on Ctrl-C stops on it."""
+
+    def __init__(self, step: int, checkpoint: str | None, signum: int = signal.SIGINT, saved: bool = True):
+        self.step, self.checkpoint, self.saved = step, checkpoint, saved
+        if not checkpoint:
+            where = " (no checkpoint was asked for: nothing saved)"
+        elif saved:
+            where = f", saved to {checkpoint}"
+        else:
+            where = f" inside a step: {checkpoint} keeps its last save"
+        super().__init__(signum, f"stopped by {signal_name(signum)} at step {step}{where}")
+
+    def __reduce__(self):
+        return (type(self), (self.step, self.checkpoint, self.signum, self.saved))
 
 
 def requested() -> int | None:

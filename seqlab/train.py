@@ -39,16 +39,16 @@ import torch
 import torch.nn as nn
 
 from seqlab import config, distributed, interrupt
-from seqlab.checkpoint import (CheckpointError, check_writable, load_checkpoint, load_model,  # noqa: F401
-                               remove_stale_temporaries, rng_state, save_checkpoint, set_rng_state)
+from seqlab.checkpoint import (CheckpointError, PeriodicSaver, check_writable, load_checkpoint,  # noqa: F401
+                               load_model, remove_stale_temporaries, restore, rng_state, save_checkpoint)
 from seqlab.config import model_device
-from seqlab.interrupt import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, Interrupted, signal_name  # noqa: F401
 from seqlab.history import (INITIAL_LOSS_TOLERANCE, THRESHOLDS, History, PrintCallback,  # noqa: F401
                             check_initial_loss, first_step_at, num_targets, observe, observing, record_run,
                             run_summary)
+from seqlab.interrupt import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, Interrupted, TrainingInterrupted  # noqa: F401
 from seqlab.schedule import batch_indices, lr_at
-from seqlab.tasks.base import Task
-from seqlab.train_config import RUN_FIELDS, TrainConfig
+from seqlab.tasks.base import Task, check_compatible, model_name
+from seqlab.train_config import TrainConfig
 
 __all__ = ["fit", "TrainConfig", "evaluate", "History", "StopTraining", "TrainingInterrupted", "check_compatible", "lr_at",
            "batch_indices", "save_checkpoint", "load_checkpoint", "load_model", "CheckpointError", "model_device",
@@ -59,67 +59,6 @@ __all__ = ["fit", "TrainConfig", "evaluate", "History", "StopTraining", "Trainin
 
 class StopTraining(Exception):
     """Raise from a callback to end ``fit`` after the current step."""
-
-
-class TrainingInterrupted(Interrupted):
-    """Ctrl-C, SIGTERM or SIGUSR1 during ``fit`` (``signum``; :mod:`seqlab.interrupt`): ``step`` optimizer steps
-    were done and, with a checkpoint, saved to ``checkpoint`` (``None`` without one; ``saved=False`` when a forced
-    second signal came inside an optimizer step: the file then holds its last periodic save). Still a
-    ``KeyboardInterrupt``: whatever stops on Ctrl-C stops on it."""
-
-    def __init__(self, step: int, checkpoint: str | None, signum: int = signal.SIGINT, saved: bool = True):
-        self.step, self.checkpoint, self.saved = step, checkpoint, saved
-        if not checkpoint:
-            where = " (no checkpoint was asked for: nothing saved)"
-        elif saved:
-            where = f", saved to {checkpoint}"
-        else:
-            where = f" inside a step: {checkpoint} keeps its last save"
-        super().__init__(signum, f"stopped by {signal_name(signum)} at step {step}{where}")
-
-    def __reduce__(self):
-        return (type(self), (self.step, self.checkpoint, self.signum, self.saved))
-
-
-# ----------------------------------------------------------------------------- checks
-
-
-def _model_name(model: nn.Module) -> str:
-    return getattr(model, "model_name", type(model).__name__)
-
-
-def check_compatible(model: nn.Module, task: Task) -> None:
-    """Raise a ``ValueError`` naming both sizes when ``model`` cannot be trained on ``task``.
-
-    Checked: the input vocabulary, language model vs classifier and the number of classes, and
-    the sequence length against a model's fixed ``seq_len`` or its longest ``max_len``.
-    """
-    name, tname = _model_name(model), task.name
-    m_vocab = getattr(model, "vocab_size", None)
-    if m_vocab is not None and task.vocab_size > m_vocab:
-        raise ValueError(f"task {tname!r} has vocab_size {task.vocab_size} but model {name!r} was built with "
-                         f"vocab_size {m_vocab}; build the model with vocab_size={task.vocab_size}")
-    m_classes = getattr(model, "num_classes", None)
-    if task.is_language_model and m_classes is not None:
-        raise ValueError(f"task {tname!r} is a language-model task (num_classes None: a token to predict at every "
-                         f"position) but model {name!r} is a classifier with num_classes {m_classes}; "
-                         f"build it with num_classes=None")
-    if not task.is_language_model:
-        if m_classes is None and hasattr(model, "num_classes"):
-            raise ValueError(f"task {tname!r} is a classification task with num_classes {task.num_classes} but "
-                             f"model {name!r} is a language model (num_classes None); "
-                             f"build it with num_classes={task.num_classes}")
-        if m_classes is not None and m_classes != task.num_classes:
-            raise ValueError(f"task {tname!r} has num_classes {task.num_classes} but model {name!r} was built with "
-                             f"num_classes {m_classes}")
-    m_seq = getattr(model, "seq_len", None)
-    if m_seq is not None and m_seq != task.seq_len:
-        raise ValueError(f"task {tname!r} has seq_len {task.seq_len} but model {name!r} was built for a fixed "
-                         f"seq_len {m_seq}; build it with seq_len={task.seq_len}")
-    m_max = getattr(model, "max_len", None)
-    if m_max is not None and task.seq_len > m_max:
-        raise ValueError(f"task {tname!r} has seq_len {task.seq_len} but model {name!r} accepts at most "
-                         f"max_len {m_max}; build it with max_len>={task.seq_len}")
 
 
 # ----------------------------------------------------------------------------- evaluate
@@ -212,7 +151,7 @@ def fit(model: nn.Module, task: Task, cfg: TrainConfig | None = None, /, *, call
     step. With ``resume=True`` and an existing file, training continues from it: the result is
     bit-for-bit the run that was never interrupted (on CPU; after a Ctrl-C inside a step with dropout,
     the same run but for that step's dropout draws). A larger ``steps`` extends a finished or saved
-    run on the schedule of the new total (see :func:`_restore`). A run that a callback stopped
+    run on the schedule of the new total (see :func:`seqlab.checkpoint.restore`). A run that a callback stopped
     (:class:`StopTraining`) is saved as stopped: resuming it returns its history without training.
 
     ``threads``: intra-op CPU threads during this fit (restored afterwards); ``None`` leaves torch's
@@ -257,14 +196,14 @@ def _fit(model, task, cfg: TrainConfig, callbacks, *, eval_at_start: bool) -> Hi
         callbacks = callbacks if rank == 0 else ()
         progress = progress and rank == 0
     model.to(dev)
-    run = {**cfg.run_record(), "warmup": warmup, "model": _model_name(model),
+    run = {**cfg.run_record(), "warmup": warmup, "model": model_name(model),
            "model_config": getattr(model, "model_config", None), "task": task.name,
            "task_config": getattr(task, "task_config", None), "eval_split": eval_split}
     optimizer = torch.optim.AdamW(_param_groups(model, weight_decay), lr=lr, betas=tuple(betas))
     history = History(config=run)
     start, stopped = 0, False
     if resume and os.path.exists(checkpoint):
-        start, stopped = _restore(checkpoint, model, optimizer, history, run)
+        start, stopped = restore(checkpoint, model, optimizer, history, run)
         _call_hook(callbacks, "on_resume", start, os.fspath(checkpoint), steps)
         if stopped:     # a callback ended this run (StopTraining) at the saved step: it is finished as it is
             return history
@@ -272,7 +211,7 @@ def _fit(model, task, cfg: TrainConfig, callbacks, *, eval_at_start: bool) -> Hi
         if eval_at_start and eval_split:      # before the seed: the training's random draws are not moved
             first = {"step": 0, "split": eval_split, **evaluate(model, task, eval_split, batch_size=eval_batch_size)}
             if observing():
-                check_initial_loss(first["loss"], num_targets(task), desc or f"{_model_name(model)} on {task.name}")
+                check_initial_loss(first["loss"], num_targets(task), desc or f"{model_name(model)} on {task.name}")
             history.append(first)
         torch.manual_seed(seed)
     n_train = task.size("train")
@@ -284,24 +223,13 @@ def _fit(model, task, cfg: TrainConfig, callbacks, *, eval_at_start: bool) -> Hi
     if world > 1:
         net = nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
 
-    every, seconds = cfg.periodic_steps, cfg.periodic_seconds
-    saved = {"step": start if checkpoint is not None and resume and start else None, "at": time.perf_counter()}
-
-    def snapshot(step: int, stopped: bool = False) -> None:
-        if checkpoint is not None and rank == 0:
-            try:
-                save_checkpoint(checkpoint, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                             "step": step, "run": run, "records": history.records,
-                                             "rng": rng_state(), "stopped": stopped})
-            except CheckpointError as err:
-                kept = (f"the previous checkpoint at step {saved['step']} is intact" if saved["step"] is not None
-                        else "no earlier checkpoint of this run was written")
-                raise CheckpointError(f"{err} (at step {step}); {kept}") from err.__cause__
-        saved.update(step=step, at=time.perf_counter())
-
-    def due(step: int) -> bool:
-        """A periodic save: every ``every`` steps or ``seconds`` of wall time, whichever comes first."""
-        return step % every == 0 or (seconds is not None and time.perf_counter() - saved["at"] >= seconds)
+    saver = None
+    if checkpoint is not None:
+        saver = PeriodicSaver(checkpoint, lambda step, stopped: {
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "run": run,
+            "records": history.records, "rng": rng_state(), "stopped": stopped},
+            every=cfg.periodic_steps, seconds=cfg.periodic_seconds, last=start if resume and start else None,
+            rank=rank)
 
     def stop_signal() -> int | None:
         """The signal this loop was asked to stop by; under torchrun, one rank's signal stops every rank."""
@@ -373,8 +301,8 @@ def _fit(model, task, cfg: TrainConfig, callbacks, *, eval_at_start: bool) -> Hi
                 signum = stop_signal()
                 if signum is not None and step + 1 < steps:
                     raise Interrupted(signum)                  # saved below, at the step just finished
-                if checkpoint is not None and (stop or (step + 1 < steps and due(step + 1))):
-                    snapshot(step + 1, stopped=stop)
+                if saver is not None and (stop or (step + 1 < steps and saver.due(step + 1))):
+                    saver.save(step + 1, stopped=stop)
                 if stop:
                     break
             else:
@@ -382,8 +310,8 @@ def _fit(model, task, cfg: TrainConfig, callbacks, *, eval_at_start: bool) -> Hi
                     history.final = evaluate(model, task, eval_split, batch_size=eval_batch_size)
                     if start < steps:  # a finished run that is resumed again already holds this record
                         emit({"step": steps, "split": eval_split, **history.final})
-                if checkpoint is not None:
-                    snapshot(steps)
+                if saver is not None:
+                    saver.save(steps)
             signum = stop_signal()            # a signal during the last step: the run is finished and saved
             if signum is not None:
                 raise TrainingInterrupted(done, None if checkpoint is None else os.fspath(checkpoint), signum)
@@ -393,46 +321,10 @@ def _fit(model, task, cfg: TrainConfig, callbacks, *, eval_at_start: bool) -> Hi
             raise
         signum = getattr(stop, "signum", signal.SIGINT)
         path = None if checkpoint is None else os.fspath(checkpoint)
-        if checkpoint is not None and not applying:    # the steps done; the batches are a function of (seed, step)
-            snapshot(done)
+        if saver is not None and not applying:    # the steps done; the batches are a function of (seed, step)
+            saver.save(done)
         raise TrainingInterrupted(done, path, signum, saved=not applying) from None
     finally:
         bar.close()
     _call_hook(callbacks, "on_fit_end", history)
     return history
-
-
-def _restore(path, model: nn.Module, optimizer: torch.optim.Optimizer, history: History,
-             run: dict) -> tuple[int, bool]:
-    """Load a checkpoint into ``model``, ``optimizer`` and ``history``; return the step it was saved at and
-    whether a callback had stopped the run there (:class:`StopTraining`: such a run is not continued).
-
-    The run must be the same one (every setting of :data:`RUN_FIELDS`, the model, its config and the task);
-    only ``steps`` may grow: the run then continues on the schedule of the new total (warm-up and cosine
-    decay computed for it, so the learning rate after the resume differs from the shorter run's)."""
-    state = load_checkpoint(path)
-    saved = state["run"]
-    step = int(state["step"])
-    extended = run["steps"] != saved.get("steps")
-    if extended and run["steps"] < step:
-        raise ValueError(f"steps: the checkpoint {os.fspath(path)!r} is at step {step}; steps={run['steps']} "
-                         f"would end before it (steps may only grow on resume)")
-    keys = [k for k in RUN_FIELDS if not (extended and k in ("steps", "warmup"))] + ["model", "task"]
-    diff = [f"{k}: checkpoint {saved.get(k)!r}, now {run.get(k)!r}" for k in keys if saved.get(k) != run.get(k)]
-    if diff:
-        raise ValueError(f"resume: the checkpoint {os.fspath(path)!r} belongs to a different run; "
-                         f"differences: {'; '.join(diff)}")
-    mine, theirs = run.get("model_config") or {}, saved.get("model_config") or {}
-    if mine and theirs and mine != theirs:
-        keys = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-        raise ValueError(f"resume: the checkpoint {os.fspath(path)!r} holds another {run['model']} config; "
-                         + "; ".join(f"{k}: checkpoint {theirs.get(k)!r}, now {mine.get(k)!r}" for k in keys))
-    try:
-        model.load_state_dict(state["model"])
-    except RuntimeError as err:   # a config that the checkpoint does not name (an older checkpoint)
-        raise ValueError(f"resume: the checkpoint {os.fspath(path)!r} does not fit this model (another config?): "
-                         f"{str(err).splitlines()[0]}") from None
-    optimizer.load_state_dict(state["optimizer"])
-    history.records.extend(state["records"])
-    set_rng_state(state["rng"])
-    return step, bool(state.get("stopped", False))

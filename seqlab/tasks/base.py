@@ -92,3 +92,42 @@ class Task:
             return {"accuracy": (float(correct.sum()), int(mask.sum())),
                     "sequence_accuracy": (float(seq_ok.sum()), int(labels.shape[0]))}
         return {"accuracy": (float((pred == labels).sum()), int(labels.shape[0]))}
+
+
+def model_name(model) -> str:
+    """A model's registry name (its class name when it has none)."""
+    return getattr(model, "model_name", type(model).__name__)
+
+
+def check_compatible(model, task: "Task") -> None:
+    """Raise a ``ValueError`` naming both sizes when ``model`` cannot be trained on ``task``.
+
+    Checked: the input vocabulary, language model vs classifier and the number of classes, and
+    the sequence length against a model's fixed ``seq_len`` or its longest ``max_len``.
+    """
+    name, tname = model_name(model), task.name
+    m_vocab = getattr(model, "vocab_size", None)
+    if m_vocab is not None and task.vocab_size > m_vocab:
+        raise ValueError(f"task {tname!r} has vocab_size {task.vocab_size} but model {name!r} was built with "
+                         f"vocab_size {m_vocab}; build the model with vocab_size={task.vocab_size}")
+    m_classes = getattr(model, "num_classes", None)
+    if task.is_language_model and m_classes is not None:
+        raise ValueError(f"task {tname!r} is a language-model task (num_classes None: a token to predict at every "
+                         f"position) but model {name!r} is a classifier with num_classes {m_classes}; "
+                         f"build it with num_classes=None")
+    if not task.is_language_model:
+        if m_classes is None and hasattr(model, "num_classes"):
+            raise ValueError(f"task {tname!r} is a classification task with num_classes {task.num_classes} but "
+                             f"model {name!r} is a language model (num_classes None); "
+                             f"build it with num_classes={task.num_classes}")
+        if m_classes is not None and m_classes != task.num_classes:
+            raise ValueError(f"task {tname!r} has num_classes {task.num_classes} but model {name!r} was built with "
+                             f"num_classes {m_classes}")
+    m_seq = getattr(model, "seq_len", None)
+    if m_seq is not None and m_seq != task.seq_len:
+        raise ValueError(f"task {tname!r} has seq_len {task.seq_len} but model {name!r} was built for a fixed "
+                         f"seq_len {m_seq}; build it with seq_len={task.seq_len}")
+    m_max = getattr(model, "max_len", None)
+    if m_max is not None and task.seq_len > m_max:
+        raise ValueError(f"task {tname!r} has seq_len {task.seq_len} but model {name!r} accepts at most "
+                         f"max_len {m_max}; build it with max_len>={task.seq_len}")
