@@ -101,9 +101,26 @@ def _main_rank() -> bool:
 
 TRAIN_FILE_TABLES = ("config", "task_config")
 
+# TrainConfig's fields that train takes as flags (--batch-size is batch_size)
+TRAIN_FLAGS = ("steps", "batch_size", "lr", "seed", "device", "eval_every", "eval_split", "weight_decay", "betas",
+               "warmup", "clip", "final_lr_ratio", "threads", "checkpoint", "checkpoint_every", "checkpoint_seconds",
+               "resume")
 
-def read_train_file(path: str, parser: argparse.ArgumentParser) -> dict:
-    """The options of a ``train --config-file`` TOML file, checked against ``parser``'s options."""
+# train's own options, beside TrainConfig's fields (their defaults come from TrainConfig.defaults())
+TRAIN_OPTIONS = {"model": None, "task": None, "config": None, "task_config": None, "print_every": None,
+                 "no_progress": False, "json": False, "history": None}
+
+
+def train_defaults() -> dict:
+    """The default of every ``train`` option: TrainConfig's fields that are flags, then train's own."""
+    from seqlab.train_config import TrainConfig
+
+    fields = TrainConfig.defaults()
+    return {**{k: fields[k] for k in TRAIN_FLAGS}, **TRAIN_OPTIONS}
+
+
+def read_train_file(path: str) -> dict:
+    """The options of a ``train --config-file`` TOML file: ``train``'s options and the two tables."""
     import tomllib
 
     try:
@@ -113,7 +130,7 @@ def read_train_file(path: str, parser: argparse.ArgumentParser) -> dict:
         raise ValueError(f"--config-file: {path!r} does not exist") from None
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"--config-file: {path!r} is not valid TOML: {err}") from None
-    options = {a.dest for a in parser._actions if a.dest not in ("help", "config_file", *TRAIN_FILE_TABLES)}
+    options = set(train_defaults()) - set(TRAIN_FILE_TABLES)
     unknown = sorted(set(data) - options - set(TRAIN_FILE_TABLES))
     if unknown:
         hints = [f"{k} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, sorted(options), n=1)) else k
@@ -124,6 +141,19 @@ def read_train_file(path: str, parser: argparse.ArgumentParser) -> dict:
         if table in data and not isinstance(data[table], dict):
             raise ValueError(f"--config-file: {path!r}: {table} must be a table ([{table}]), got {data[table]!r}")
     return data
+
+
+def complete_train_args(args: argparse.Namespace) -> argparse.Namespace:
+    """``train``'s options as the run takes them: the command line's, else the ``--config-file``'s, else the
+    defaults (the train parser leaves out every option not typed, so that a file's value is never taken for a
+    default)."""
+    data = read_train_file(args.config_file) if args.config_file else {}
+    for table in TRAIN_FILE_TABLES:
+        setattr(args, f"file_{table}", data.pop(table, {}))
+    for name, default in train_defaults().items():
+        if not hasattr(args, name):
+            setattr(args, name, data.get(name, default))
+    return args
 
 
 def cmd_train(args) -> int:
@@ -265,35 +295,15 @@ def cmd_describe(args) -> int:
     return 0
 
 
-def _profile_sizes(table, profile: str, path) -> tuple[dict, str]:
-    """``(sizes, where they live)`` of one profile of a size table; no sizes and the reason where it has none."""
-    from seqlab.experiments import _common
-
-    where = path.relative_to(_common.CONFIG_DIR.parent)
-    if not path.is_file():
-        return (table.quick, "medium: the quick sizes") if profile == "medium" else ({}, f"{profile}: no {where}")
-    try:
-        return table[profile], f"{profile}: {where}"
-    except ValueError as err:
-        return {}, f"{profile}: {err}"
-
-
 def _describe_sizes(name: str) -> None:
     """An experiment's sizes (keywords it also takes): quick, medium and full side by side, and where they live."""
-    from seqlab.experiments import _common
+    from seqlab import experiments
 
-    for table in _common.TABLES.get(name, []):
-        medium, medium_note = _profile_sizes(table, "medium", _common.MEDIUM_DIR / f"{name}.toml")
-        full, full_note = _profile_sizes(table, "full", _common.config_path(name))
+    for table in experiments.size_tables(name):
         print(f"  sizes{f' for {table.section}' if table.section else ''}, quick -> medium -> full "
-              f"({medium_note}; {full_note}):")
-        for key in [*table.quick, *(k for k in table.optional if k in medium or k in full)]:
-            quick = repr(table.quick[key]) if key in table.quick else "-"
-            print(f"    {key:<16} {quick:<24} {_cell(medium, key):<24} {_cell(full, key)}".rstrip())
-
-
-def _cell(sizes: dict, key: str) -> str:
-    return repr(sizes[key]) if key in sizes else ("" if not sizes else "-")
+              f"({table.medium_note}; {table.full_note}):")
+        for key, quick, medium, full in table.rows:
+            print(f"    {key:<16} {quick:<24} {medium:<24} {full}".rstrip())
 
 
 def cmd_experiment(args) -> int:
@@ -334,41 +344,41 @@ def make_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("list", help="list the models, tasks and experiments").set_defaults(func=cmd_list)
 
-    t = sub.add_parser("train", help="train a model on a task (seqlab.train.fit)")
+    t = sub.add_parser("train", help="train a model on a task (seqlab.train.fit)", argument_default=argparse.SUPPRESS)
     t.add_argument("--config-file", default=None, metavar="FILE.toml",
                    help="read the options from a TOML file (module doc); options given here win")
     t.add_argument("--model", help="a name from `python -m seqlab list` (required)")
     t.add_argument("--task", help="a name from `python -m seqlab list` (required)")
-    t.add_argument("--steps", type=int, default=300)
-    t.add_argument("--batch-size", type=int, default=64)
-    t.add_argument("--lr", type=float, default=3e-3)
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--device", default="auto")
-    t.add_argument("--eval-every", type=int, default=None)
-    t.add_argument("--eval-split", default="test", help="the split evaluated while training (default test)")
-    t.add_argument("--weight-decay", type=float, default=0.01, help="AdamW's, on matrices (default 0.01)")
-    t.add_argument("--betas", type=float, nargs=2, default=(0.9, 0.95), metavar=("B1", "B2"),
+    t.add_argument("--steps", type=int, help="optimizer steps (default 300)")
+    t.add_argument("--batch-size", type=int, help="examples per step (default 64)")
+    t.add_argument("--lr", type=float, help="AdamW's peak learning rate (default 3e-3)")
+    t.add_argument("--seed", type=int, help="the initial weights, the batch order and dropout (default 0)")
+    t.add_argument("--device", help="auto, cpu or cuda (default auto)")
+    t.add_argument("--eval-every", type=int, help="evaluate every so many steps (default: at the end only)")
+    t.add_argument("--eval-split", help="the split evaluated while training (default test)")
+    t.add_argument("--weight-decay", type=float, help="AdamW's, on matrices (default 0.01)")
+    t.add_argument("--betas", type=float, nargs=2, metavar=("B1", "B2"),
                    help="AdamW's (default 0.9 0.95)")
-    t.add_argument("--warmup", type=int, default=None, help="linear warm-up steps (default min(100, steps // 10))")
-    t.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (default 1.0)")
-    t.add_argument("--final-lr-ratio", type=float, default=0.1, help="the cosine decay ends at this share of --lr")
-    t.add_argument("--threads", type=int, default=None, help="CPU intra-op threads (1 is fastest for small models "
+    t.add_argument("--warmup", type=int, help="linear warm-up steps (default min(100, steps // 10))")
+    t.add_argument("--clip", type=float, help="gradient-norm clipping (default 1.0)")
+    t.add_argument("--final-lr-ratio", type=float, help="the cosine decay ends at this share of --lr")
+    t.add_argument("--threads", type=int, help="CPU intra-op threads (1 is fastest for small models "
                    "on a busy machine)")
-    t.add_argument("--checkpoint", default=None, help="file to save the run to (and resume from); also written "
+    t.add_argument("--checkpoint", help="file to save the run to (and resume from); also written "
                    "on Ctrl-C, SIGTERM and SIGUSR1 (after the step in progress; exit code 130, 143, 138)")
-    t.add_argument("--checkpoint-every", type=int, default=None, metavar="STEPS",
+    t.add_argument("--checkpoint-every", type=int, metavar="STEPS",
                    help=f"periodic saves every STEPS steps (default {CHECKPOINT_EVERY}) or every --checkpoint-seconds, "
                         "whichever comes first: what a kill -9 or a node failure can lose")
-    t.add_argument("--checkpoint-seconds", type=float, default=None, metavar="S",
+    t.add_argument("--checkpoint-seconds", type=float, metavar="S",
                    help=f"periodic saves every S seconds of wall time (default {CHECKPOINT_SECONDS:g})")
     t.add_argument("--resume", action="store_true", help="continue from --checkpoint if it exists (a larger "
                    "--steps extends the run, on the schedule of the new total)")
     t.add_argument("--config", nargs="*", metavar="KEY=VALUE", help="model config, e.g. d_model=64 n_layers=2 n_heads=4 (python -m seqlab list shows the models)")
     t.add_argument("--task-config", nargs="*", metavar="KEY=VALUE", help="task arguments, e.g. max_len=16")
-    t.add_argument("--print-every", type=int, default=None)
+    t.add_argument("--print-every", type=int, help="print the loss every so many steps (default a tenth of --steps)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--json", action="store_true", help="also print the final metrics as one JSON line")
-    t.add_argument("--history", default=None, metavar="PATH.json",
+    t.add_argument("--history", metavar="PATH.json",
                    help="write the per-step training losses and every evaluation there")
     t.set_defaults(func=cmd_train)
 
@@ -415,22 +425,13 @@ def make_parser() -> argparse.ArgumentParser:
                    "results/<profile>/ otherwise)")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
     r.set_defaults(func=cmd_reproduce)
-    parser.train_parser = t
     return parser
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """The command line; for ``train --config-file``, the file's options become the defaults."""
-    parser = make_parser()
-    args = parser.parse_args(argv)
-    if args.command == "train":
-        data = read_train_file(args.config_file, parser.train_parser) if args.config_file else {}
-        tables = {f"file_{t}": data.pop(t, {}) for t in TRAIN_FILE_TABLES}
-        if data:
-            parser.train_parser.set_defaults(**data)
-            args = parser.parse_args(argv)
-        vars(args).update(tables)
-    return args
+    """The command line, parsed once; ``train``'s options completed from ``--config-file`` and the defaults."""
+    args = make_parser().parse_args(argv)
+    return complete_train_args(args) if args.command == "train" else args
 
 
 def main(argv: list[str] | None = None) -> int:

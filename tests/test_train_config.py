@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from seqlab import models, tasks, train
-from seqlab.__main__ import make_parser, train_config
+from seqlab.__main__ import TRAIN_FLAGS, TRAIN_OPTIONS, parse_args, train_config
 from seqlab.train_config import TrainConfig
 
 TASK = dict(min_len=2, max_len=4, train_size=40, test_size=16, autoregressive_n=4)
@@ -15,15 +15,21 @@ CFG = TrainConfig(steps=6, batch_size=8, lr=2e-3, seed=3, weight_decay=0.02, war
 
 
 def test_every_train_flag_is_a_field():
-    train_parser = make_parser().train_parser
-    dests = {a.dest for a in train_parser._actions} - {"help", "config_file", "config", "task_config", "model",
-                                                        "task", "print_every", "no_progress", "json", "history"}
-    assert dests <= set(TrainConfig.fields()), sorted(dests - set(TrainConfig.fields()))
+    assert set(TRAIN_FLAGS) <= set(TrainConfig.fields()), sorted(set(TRAIN_FLAGS) - set(TrainConfig.fields()))
+    args = vars(parse_args(["train"]))
+    options = set(args) - {"command", "func", "config_file", "file_config", "file_task_config"}
+    assert options == set(TRAIN_FLAGS) | set(TRAIN_OPTIONS)
+    assert {k: args[k] for k in TRAIN_FLAGS} == {k: TrainConfig.defaults()[k] for k in TRAIN_FLAGS}
+
+
+def test_the_command_line_wins_over_the_file_and_the_file_over_the_defaults(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text("steps = 40\nlr = 0.01\nresume = true\ncheckpoint = 'a.pt'\n")
+    args = parse_args(["train", "--config-file", str(path), "--lr", "0.002", "--seed", "4"])
+    assert (args.steps, args.lr, args.seed, args.resume, args.batch_size) == (40, 0.002, 4, True, 64)
 
 
 def test_a_config_round_trips_through_a_toml_file_and_the_command_line(tmp_path):
-    from seqlab.__main__ import parse_args
-
     fields = ("steps", "batch_size", "lr", "seed", "weight_decay", "warmup", "clip", "final_lr_ratio", "eval_every",
               "checkpoint_every", "threads")
     lines = [f"{k} = {getattr(CFG, k)!r}" for k in fields] + ["betas = [0.8, 0.9]", 'model = "gateloop"',

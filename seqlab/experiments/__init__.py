@@ -15,6 +15,7 @@ the same call again trains only what was not finished and returns the same resul
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from typing import Callable
 
 from seqlab.registry import Registry
@@ -62,6 +63,36 @@ def config_file(name: str):
 
     get(name)
     return None if name in WITHOUT_CONFIG else config_path(name)
+
+
+@dataclass(frozen=True)
+class SizeTable:
+    """One size table of an experiment, its profiles side by side (``python -m seqlab describe NAME``): ``rows``
+    are ``(key, quick, medium, full)`` as text ("-" where a profile lacks the key, "" where it has no sizes)."""
+    section: str | None
+    medium_note: str
+    full_note: str
+    rows: list
+
+
+def size_tables(name: str) -> list[SizeTable]:
+    """The size tables of experiment ``name`` (none for those that take no profile)."""
+    from seqlab.experiments import _common
+
+    get(name)
+    out = []
+    for table in _common.TABLES.get(name, []):
+        medium, medium_note = _common.sizes_and_source(table, "medium")
+        full, full_note = _common.sizes_and_source(table, "full")
+        keys = [*table.quick, *(k for k in table.optional if k in medium or k in full)]
+        out.append(SizeTable(table.section, medium_note, full_note,
+                             [(k, repr(table.quick[k]) if k in table.quick else "-", _cell(medium, k), _cell(full, k))
+                              for k in keys]))
+    return out
+
+
+def _cell(sizes: dict, key: str) -> str:
+    return repr(sizes[key]) if key in sizes else ("" if not sizes else "-")
 
 
 def run(name: str, /, **kwargs):

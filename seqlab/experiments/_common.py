@@ -128,6 +128,19 @@ class Sizes(Mapping):
         return f"Sizes({self.experiment!r}, quick={self.quick!r}, full=<{config_path(self.experiment).name}>)"
 
 
+def sizes_and_source(table: Sizes, profile: str) -> tuple[dict, str]:
+    """``(sizes, where they live)`` of the ``medium`` or ``full`` profile of a size table; no sizes and the reason
+    where it has none."""
+    path = MEDIUM_DIR / f"{table.experiment}.toml" if profile == "medium" else config_path(table.experiment)
+    where = path.relative_to(CONFIG_DIR.parent)
+    if not path.is_file():
+        return (table.quick, "medium: the quick sizes") if profile == "medium" else ({}, f"{profile}: no {where}")
+    try:
+        return table[profile], f"{profile}: {where}"
+    except ValueError as err:
+        return {}, f"{profile}: {err}"
+
+
 def profile_sizes(table: Mapping, profile: str | None, overrides: dict, *, strict: bool = True) -> dict:
     """The settings of ``table[profile]`` (``None``: the active profile) with ``overrides`` applied.
 
