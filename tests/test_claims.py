@@ -1,6 +1,5 @@
 """seqlab.claims and ``python -m seqlab reproduce``: the verdict rule, the claims as data, every claim run end to end at
 the tiny sizes of ``tests/tiny_profile/`` (seconds), resuming, skipping, the results page, the medium sizes."""
-import dataclasses
 import json
 import math
 from pathlib import Path
@@ -9,6 +8,7 @@ import pytest
 
 from seqlab import claims, train
 from seqlab.__main__ import main
+from seqlab import experiments
 from seqlab.experiments import _common
 
 TINY = str(Path(__file__).resolve().parent / "tiny_profile")
@@ -68,7 +68,7 @@ def test_the_strongest_rival_is_the_best_mean_in_the_metrics_direction():
 # --------------------------------------------------------------------------------------------- the claims as data
 
 
-def test_the_eight_claims_of_issue_18():
+def test_the_eight_claims():
     assert list(claims.CLAIMS) == ["causalrn-copying", "causalrn-activation", "causalrn-copying-speed", "fst-digits",
                                    "fst-alpha-depth", "lightnet-one-scan", "lightnet-ablation",
                                    "gateloop-memory-horizon"]
@@ -76,7 +76,7 @@ def test_the_eight_claims_of_issue_18():
         assert set(claim.paper_values) == set(claim.arms), claim.id
         assert claim.better not in claim.rivals and claim.rivals
         assert claim.stand_in and claim.paper_data and claim.paper and claim.statement and claim.metric
-        assert isinstance(claim.table(), _common.Sizes)
+        assert isinstance(claim.table(), experiments.Sizes)
     assert claims.CLAIMS["causalrn-copying-speed"].censored and not claims.CLAIMS["fst-digits"].censored
     assert not claims.CLAIMS["causalrn-copying-speed"].higher_is_better
 
@@ -94,7 +94,7 @@ def test_every_claim_has_medium_sizes_with_a_validation_split(claim_id):
     claim = claims.CLAIMS[claim_id]
     path = _common.MEDIUM_DIR / f"{claim.experiment}.toml"
     assert path.is_file(), f"{claim_id}: no {path}"
-    medium, quick = claims._sizes(claim, "medium"), claim.table().quick
+    medium, quick = claim.sizes("medium"), claim.table().quick
     assert medium != quick and set(quick) <= set(medium)
     for key in ("steps", "max_steps"):
         if key in quick:
@@ -160,9 +160,9 @@ def test_a_claim_done_in_this_profile_is_skipped_and_redo_runs_it_again(tiny_res
     def no_training(*args, **kwargs):
         raise AssertionError("trained again")
 
-    monkeypatch.setitem(claims.CLAIMS, claim.id, dataclasses.replace(claim, run=no_training))
+    monkeypatch.setattr(claims.Claim, "run", no_training)
     assert claims.reproduce_claim(claim.id, profile=TINY, out=out, progress=False) == record
-    monkeypatch.setitem(claims.CLAIMS, claim.id, claim)
+    monkeypatch.undo()
     again = claims.reproduce_claim(claim.id, profile=TINY, out=out, redo=True, progress=False)
     assert again["arms"] == record["arms"]           # same seeds, same profile: the same accuracies, bit for bit
 
@@ -172,13 +172,15 @@ def test_an_interrupted_claim_resumes_from_its_kept_seeds(tmp_path, monkeypatch)
     claim = claims.CLAIMS["causalrn-copying"]
     calls = []
 
-    def run(seed, **kw):
+    one_seed = claims.Claim.run
+
+    def run(self, seed, **kw):
         calls.append(seed)
         if seed == 1 and len(calls) == 2:
             raise KeyboardInterrupt
-        return claim.run(seed, **kw)
+        return one_seed(self, seed, **kw)
 
-    monkeypatch.setitem(claims.CLAIMS, claim.id, dataclasses.replace(claim, run=run))
+    monkeypatch.setattr(claims.Claim, "run", run)
     with pytest.raises(KeyboardInterrupt):
         claims.reproduce_claim(claim.id, profile=TINY, out=tmp_path, progress=False)
     folder = tmp_path / ".runs" / "tiny_profile" / claim.id
@@ -271,3 +273,15 @@ def test_lesson_table_reads_the_medium_record_and_names_the_full_run(tmp_path, c
     assert "reproduced" in capsys.readouterr().out
     with pytest.raises(ValueError, match="here"):
         C.lesson_table(["fst-digits"], {"gateloop-memory-horizon": "x"}, path=path)
+
+
+def test_without_a_browser_a_claims_figure_is_its_plotly_json(tmp_path, monkeypatch, capsys):
+    """No Chromium: the figure is written as JSON at once (kaleido alone would wait forever)."""
+    from seqlab.claims import run
+    from seqlab.viz import nbstate
+
+    monkeypatch.setattr(nbstate, "browser_found", lambda: False)
+    record = json.loads((claims.RESULTS_DIR / "gateloop-memory-horizon.json").read_text())
+    assert run._save_figure(record, tmp_path) == "gateloop-memory-horizon.plotly.json"
+    assert json.loads((tmp_path / "gateloop-memory-horizon.plotly.json").read_text())["data"]
+    assert "apt-get install chromium" in capsys.readouterr().err

@@ -424,6 +424,24 @@ def test_static_figures_add_a_png_beside_each_plotly_output(tmp_path):
     assert add_static_figures(path) == 0                                 # already there: untouched
 
 
+def test_without_a_browser_static_figures_fail_at_once_naming_the_fix(tmp_path, monkeypatch):
+    """kaleido without a Chromium waits forever; the export asks first and says what to install."""
+    import nbformat
+    import plotly.io as pio
+
+    from seqlab.viz import nbstate
+
+    monkeypatch.setattr(nbstate, "browser_found", lambda: False)
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("fig")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={
+        nbstate.PLOTLY_KEY: json.loads(pio.to_json(viz.new_figure(title="t")))})]
+    nb.cells = [cell]
+    nbformat.write(nb, tmp_path / "nb.ipynb")
+    with pytest.raises(RuntimeError, match="apt-get install chromium"):
+        nbstate.add_static_figures(tmp_path / "nb.ipynb")
+
+
 def test_closed_live_widgets_leave_no_comm_warning_only_for_themselves():
     """JupyterLab answers a closed widget's comm; the kernel's "No such comm" for it is dropped, others kept."""
     import logging

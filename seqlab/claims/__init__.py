@@ -84,11 +84,22 @@ def strongest_rival(arms: dict, rivals, higher_is_better: bool = True) -> str:
 # ----------------------------------------------------------------------------------------------- the claims
 
 
+Path = tuple        # keys (and list indices) into an experiment's result: ("at_longest", "steps")
+
+
+def _at(result, path: Path):
+    for key in path:
+        result = result[key]
+    return result
+
+
 @dataclass(frozen=True)
 class Claim:
-    """One headline claim. ``run(seed, profile=, folder=, progress=)`` trains (or times) one seed and returns
-    ``{"values": {arm: number}}``, optionally with ``"censored": {arm: bool}``, ``"validation": {arm: number}``
-    and ``"details"`` (anything JSON can hold, for the figure). ``table()`` is the size table it runs at."""
+    """One headline claim, as data. A seed runs the registered ``experiment`` (with ``arguments``) at the profile's
+    sizes (``table()``: the size table it runs at) and reads its result: ``values`` is where the per-arm numbers
+    are (``{arm: number}``); ``validation`` the same on the validation split, ``censored`` which of them never
+    reached their target (both optional); ``details`` names what the figure draws (``{name: path}``). A path is
+    the keys into the result, ``()`` the whole of it."""
 
     id: str
     paper: str
@@ -102,101 +113,40 @@ class Claim:
     stand_in: str
     experiment: str
     table: Callable
-    run: Callable = field(repr=False)
-    censored: bool = False       # the metric can be censored (steps to a target that a run may never reach)
+    values: Path
+    arguments: dict = field(default_factory=dict)
+    validation: Path | None = None
+    censored: Path | None = None     # the metric can be censored (steps to a target that a run may never reach)
+    details: dict = field(default_factory=dict)
 
     @property
     def arms(self) -> tuple[str, ...]:
         return (self.better, *self.rivals)
 
+    def sizes(self, profile: str) -> dict:
+        """The sizes this claim runs at in ``profile``."""
+        from seqlab import experiments
 
-def _copying(seed, *, profile, folder, progress) -> dict:
-    from seqlab import experiments
+        return experiments.profile_sizes(self.table(), profile, {})
 
-    out = experiments.run("relation-copying", profile=profile, seed=seed, checkpoint_dir=folder, progress=progress)
-    return {"values": dict(out["accuracy"]), "validation": dict(out["validation"])}
+    def run(self, seed: int, *, profile, folder, progress: bool) -> dict:
+        """One seed: ``{"values": {arm: number}}``, with ``"validation"``, ``"censored"`` and ``"details"`` where
+        the claim reads them."""
+        from seqlab import experiments
 
-
-ACTIVATIONS = {"exp": "exp (proposed)", "relu": "relu", "elu": "elu"}
-
-
-def _activation(seed, *, profile, folder, progress) -> dict:
-    from seqlab import experiments
-
-    out = experiments.run("relation-copying-ablation", profile=profile, seed=seed, groups=["activation"],
-                          checkpoint_dir=folder, progress=progress)
-    final, valid = out["final"]["activation"], out["validation"]["activation"]
-    return {"values": {arm: final[label] for arm, label in ACTIVATIONS.items()},
-            "validation": {arm: valid[label] for arm, label in ACTIVATIONS.items()}}
-
-
-def _copying_speed(seed, *, profile, folder, progress) -> dict:
-    """Steps to 99 % accuracy (watched on the validation split) at the longest string length of the sizes; a run
-    that never gets there records its budget, censored."""
-    from seqlab import experiments
-
-    out = experiments.run("relation-copying-scaling", profile=profile, seed=seed, names=("causalrn", "transformer"),
-                          checkpoint_dir=folder, progress=progress)
-    steps = {name: out["iterations"][name][-1] for name in ("causalrn", "transformer")}
-    return {"values": {name: out["max_steps"] if s is None else s for name, s in steps.items()},
-            "censored": {name: s is None for name, s in steps.items()},
-            "details": {"length": out["lengths"][-1],
-                        "test_accuracy_at_stop": {name: out["final"][name][-1] for name in steps}}}
-
-
-def _fst_rows(seed, *, profile, folder, progress, task, models) -> dict:
-    from seqlab import experiments
-
-    return experiments.run("fst-comparison", task=task, models=models, profile=profile, seed=seed,
-                           checkpoint_dir=folder, progress=progress)
-
-
-def _fst_digits(seed, **kw) -> dict:
-    out = _fst_rows(seed, task="digits", models=("fst", "lrnn", "transformer"), **kw)
-    return {"values": {r["model"]: r["test_accuracy"] for r in out["rows"]},
-            "validation": {r["model"]: r["validation_accuracy"] for r in out["rows"]},
-            "details": {"params": {r["model"]: r["params"] for r in out["rows"]}}}
-
-
-def _fst_alphas(seed, **kw) -> dict:
-    out = _fst_rows(seed, task="listops", models=("fst",), **kw)
-    alphas = out["alphas"]
-    row = out["rows"][0]
-    return {"values": {"deepest_block": alphas[-1]["alpha2"], "first_block": alphas[0]["alpha2"]},
-            "details": {"alphas": alphas, "fst_test_accuracy": row["test_accuracy"],
-                        "fst_validation_accuracy": row["validation_accuracy"]}}
-
-
-def _one_scan(seed, *, profile, folder, progress) -> dict:
-    """One repeated timing at every length: the time of each against 1 scan's (forward + backward), read at the
-    longest length (1 scan: 1 by definition; 2 scans: the ratio)."""
-    from seqlab.experiments import _common, lightnet
-
-    sizes = _common.profile_sizes(lightnet.SPEED_SIZES, profile, {})
-    rows = lightnet.scan_speed(**sizes, seed=seed, progress=progress)
-    for r in rows:
-        r["ratio"] = (r["two_fwd_ms"] + r["two_bwd_ms"]) / (r["one_fwd_ms"] + r["one_bwd_ms"])
-    return {"values": {"one_scan": 1.0, "two_scans": rows[-1]["ratio"]}, "details": {"rows": rows}}
-
-
-ABLATION_ARMS = ("LightNet", "w/o TPE", "w/o LRPE", "w/o TPE and LRPE", "w/o Decay")
-
-
-def _lightnet_ablation(seed, *, profile, folder, progress) -> dict:
-    from seqlab import experiments
-
-    out = experiments.run("lightnet-ablation", profile=profile, seed=seed, checkpoint_dir=folder, progress=progress)
-    return {"values": {r["variant"]: r["accuracy"] for r in out["rows"]},
-            "validation": {r["variant"]: r["validation_accuracy"] for r in out["rows"]}}
-
-
-def _memory_horizon(seed, *, profile, folder, progress) -> dict:
-    from seqlab import experiments
-
-    out = experiments.run("gateloop-memory-horizon", profile=profile, seed=seed, checkpoint_dir=folder,
-                          progress=progress)
-    return {"values": dict(out["accuracy"]), "validation": dict(out["validation"]),
-            "details": {"by_span": out["by_span"]}}
+        if self.experiment in experiments.WITHOUT_CONFIG:     # a timing: its sizes are its arguments
+            out = experiments.run(self.experiment, **self.sizes(profile), **self.arguments, seed=seed,
+                                  progress=progress)
+        else:
+            out = experiments.run(self.experiment, **self.arguments, profile=profile, seed=seed,
+                                  checkpoint_dir=folder, progress=progress)
+        result = {"values": {arm: _at(out, self.values)[arm] for arm in self.arms}}
+        for key in ("validation", "censored"):
+            if getattr(self, key) is not None:
+                result[key] = {arm: _at(out, getattr(self, key))[arm] for arm in self.arms}
+        if self.details:
+            result["details"] = {name: _at(out, path) for name, path in self.details.items()}
+        return result
 
 
 def _table(module: str, name: str, key: str | None = None) -> Callable:
@@ -209,6 +159,7 @@ def _table(module: str, name: str, key: str | None = None) -> Callable:
     return table
 
 
+ABLATION_ARMS = ("LightNet", "w/o TPE", "w/o LRPE", "w/o TPE and LRPE", "w/o Decay")
 _ACCURACY = "test accuracy"
 _COPY_ACCURACY = "test accuracy (parallel, per copied token)"
 
@@ -220,22 +171,28 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
           stand_in="001 Fig. 4: the CausalRN reaches 99% on strings of 16..256 (1.0 after convergence, App. D); "
                    "the linear CausalRN did not converge for strings >= 128 (no number given). seqlab: the same "
                    "copying task, generated offline, on shorter strings and smaller models (the sizes in the record).",
-          experiment="relation-copying", table=_table("relation", "SIZES", "copying"), run=_copying),
+          experiment="relation-copying", table=_table("relation", "SIZES", "copying"), values=("accuracy",),
+          validation=("validation",)),
     Claim(id="causalrn-activation", paper="001 Fig. 2c", statement="exp beats ReLU and ELU in the same block",
           metric=_COPY_ACCURACY, higher_is_better=True, better="exp", rivals=("relu", "elu"),
           paper_values={"exp": None, "relu": None, "elu": None}, paper_data="copying, strings of 128",
           stand_in="001 Fig. 2c shows learning curves only (strings of 128): exp converges, ReLU and ELU descend "
                    "slowly; no numbers. seqlab: the same copying task on shorter strings, at one step budget.",
-          experiment="relation-copying-ablation", table=_table("relation", "SIZES", "ablation"), run=_activation),
+          experiment="relation-copying-ablation", table=_table("relation", "SIZES", "ablation"),
+          arguments={"groups": ["activation"]}, values=("by_value", "activation"),
+          validation=("validation_by_value", "activation")),
     Claim(id="causalrn-copying-speed", paper="001 Fig. 2/4",
           statement="exact pre-norm CausalRN reaches 99% copying accuracy in fewer steps than a Transformer",
           metric="steps to 99% validation accuracy (a run that never gets there: its step budget, censored)",
-          higher_is_better=False, better="causalrn", rivals=("transformer",), censored=True,
+          higher_is_better=False, better="causalrn", rivals=("transformer",),
           paper_values={"causalrn": None, "transformer": None}, paper_data="copying, strings of 16..256",
           stand_in="001 Fig. 4 plots iterations to 99% against string size (16..256), batch 320, Adam at 5e-4 for "
                    "both, 12 blocks; no numbers in the text. seqlab: one string length, small models, the accuracy "
                    "watched on a validation split instead of 320 online samples.",
-          experiment="relation-copying-scaling", table=_table("relation", "SIZES", "scaling"), run=_copying_speed),
+          experiment="relation-copying-scaling", table=_table("relation", "SIZES", "scaling"),
+          arguments={"names": ["causalrn", "transformer"]}, values=("at_longest", "steps"),
+          censored=("at_longest", "censored"),
+          details={"length": ("at_longest", "length"), "test_accuracy_at_stop": ("at_longest", "test_accuracy")}),
     Claim(id="fst-digits", paper="002 §3.2",
           statement="FST beats LRNN-only and the Transformer on sequential digits (pixel MNIST 98.3% in the paper)",
           metric=_ACCURACY, higher_is_better=True, better="fst", rivals=("lrnn", "transformer"),
@@ -243,7 +200,9 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
           stand_in="002 §3.2: pixel-by-pixel MNIST (784 pixels), FST 98.3%, the Transformer 'not much beyond "
                    "chance' (no number), LRNN-only not reported there. seqlab: scikit-learn's 8x8 digits pixel by "
                    "pixel (64 pixels) stand in for pixel MNIST, at matched parameter counts.",
-          experiment="fst-comparison", table=_table("lrnn", "SIZES", "digits"), run=_fst_digits),
+          experiment="fst-comparison", table=_table("lrnn", "SIZES", "digits"),
+          arguments={"task": "digits", "models": ["fst", "lrnn", "transformer"]}, values=("accuracy",),
+          validation=("validation",), details={"params": ("params",)}),
     Claim(id="fst-alpha-depth", paper="002 Fig. 3", statement="the twist coefficient alpha2 is larger in deeper blocks",
           metric="alpha2 = sigmoid(p2) after training", higher_is_better=True, better="deepest_block",
           rivals=("first_block",), paper_values={"deepest_block": None, "first_block": None},
@@ -251,7 +210,10 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
           stand_in="002 Fig. 3: alpha2 of six FST blocks trained on Long ListOps and WikiText-103 (a figure, no "
                    "numbers). seqlab: ListOps generated by the LRA rules on shorter expressions, one FST of the "
                    "paper's six blocks.",
-          experiment="fst-comparison", table=_table("lrnn", "SIZES", "listops"), run=_fst_alphas),
+          experiment="fst-comparison", table=_table("lrnn", "SIZES", "listops"),
+          arguments={"task": "listops", "models": ["fst"]}, values=("alpha2",),
+          details={"alphas": ("alphas",), "fst_test_accuracy": ("accuracy", "fst"),
+                   "fst_validation_accuracy": ("validation", "fst")}),
     Claim(id="lightnet-one-scan", paper="003 Fig. 2",
           statement="one scan (additive) is faster than two (multiplicative), and the gap grows with L",
           metric="time relative to 1 scan at the longest L (forward + backward; each seed a repeated timing)",
@@ -261,7 +223,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
                    "seqlab: the CPU kernels on one thread, non-causal decay attention with 4 heads of 64; the value "
                    "is 2 scans' time over 1 scan's at the longest length (the ratio at every length is in the "
                    "details and the figure).",
-          experiment="decay-speed", table=_table("lightnet", "SPEED_SIZES"), run=_one_scan),
+          experiment="decay-speed", table=_table("lightnet", "SPEED_SIZES"), values=(-1, "relative"),
+          details={"rows": ()}),
     Claim(id="lightnet-ablation", paper="003 Table 1", statement="removing decay (and TPE / LRPE) hurts",
           metric=_ACCURACY, higher_is_better=True, better="LightNet", rivals=ABLATION_ARMS[1:],
           paper_values={"LightNet": 0.7446, "w/o TPE": 0.7397, "w/o LRPE": 0.7402, "w/o TPE and LRPE": None,
@@ -269,7 +232,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
           paper_data="ImageNet-1k top-1; seqlab: 8x8 digit patches",
           stand_in="003 Table 1: ImageNet-1k top-1 of LightNet-T (6 M parameters); 'w/o TPE and LRPE' is not in "
                    "the table. seqlab: the 8x8 digits as 2x2 patches on a 4x4 grid stand in for ImageNet-1k.",
-          experiment="lightnet-ablation", table=_table("lightnet", "ABLATION_SIZES"), run=_lightnet_ablation),
+          experiment="lightnet-ablation", table=_table("lightnet", "ABLATION_SIZES"), values=("accuracy",),
+          validation=("validation",)),
     Claim(id="gateloop-memory-horizon", paper="004 §5.1, Fig. 6-7, App. A, C.1",
           statement="data-controlled transitions beat fixed ones on Memory Horizon (test accuracy 0.43 vs 0.25)",
           metric="test accuracy (per scored token)", higher_is_better=True, better="data_controlled",
@@ -277,7 +241,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
           paper_data="Memory Horizon, sequences of 1024",
           stand_in="004 Fig. 6: sequences of 1024, 4 layers, 18 750 steps (App. A, C.1). seqlab: the same task "
                    "(App. A), generated offline, on shorter sequences and fewer steps.",
-          experiment="gateloop-memory-horizon", table=_table("gateloop", "SIZES"), run=_memory_horizon),
+          experiment="gateloop-memory-horizon", table=_table("gateloop", "SIZES"), values=("accuracy",),
+          validation=("validation",), details={"by_span": ("by_span",)}),
 )}
 
 
@@ -315,6 +280,6 @@ def summarize(claim: Claim, seeds: list[int], results: list[dict]) -> dict:
     return record
 
 
-from seqlab.claims.run import (_check_runs_folder, _sizes, command, default_out, gather,  # noqa: E402,F401
+from seqlab.claims.run import (_check_runs_folder, command, default_out, gather,  # noqa: E402,F401
                                reproduce, reproduce_claim, write_summary)
 from seqlab.claims.report import lesson_table, render_readme, summary_table  # noqa: E402,F401

@@ -55,12 +55,6 @@ def gather(out: str | os.PathLike) -> dict:
 # ----------------------------------------------------------------------------------------------- running
 
 
-def _sizes(claim: Claim, profile: str) -> dict:
-    from seqlab.experiments import _common
-
-    return _common.profile_sizes(claim.table(), profile, {})
-
-
 def _check_runs_folder(folder: Path, sizes: dict) -> None:
     """A claim's runs folder belongs to one set of sizes: a folder of other sizes is refused, naming them."""
     path = folder / "sizes.json"
@@ -112,7 +106,7 @@ def reproduce_claim(claim_id: str, *, profile: str | None = None, seeds: int = 3
     profile = profile or config.profile()
     out = Path(out) if out is not None else default_out(profile)
     tag, seed_list = profile_tag(profile), list(range(seeds))
-    sizes = _sizes(claim, profile)
+    sizes = claim.sizes(profile)
     existing = _read(out / f"{claim.id}.json")
     if not redo and existing and (existing.get("profile"), existing.get("seeds")) == (tag, seed_list) \
             and existing.get("sizes") == json.loads(json.dumps(sizes)):
@@ -153,12 +147,17 @@ def _save_figure(record: dict, out: Path) -> str:
     name, relative to ``out``."""
     from seqlab.viz.claims import claim_figure
 
+    from seqlab.viz.nbstate import NO_BROWSER, browser_found
+
     fig = claim_figure(record)
     png = out / f"{record['id']}.png"
     try:
         import warnings
 
         import plotly.io as pio
+
+        if not browser_found():
+            raise RuntimeError(NO_BROWSER)
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
@@ -215,12 +214,16 @@ class _figure_server:
     """One kaleido browser for all the figures of a call (each figure alone would start its own)."""
 
     def __enter__(self):
+        from seqlab.viz.nbstate import browser_found
+
         try:
             import kaleido
 
+            if not browser_found():
+                raise RuntimeError("no browser")
             kaleido.start_sync_server(silence_warnings=True)
             self.kaleido = kaleido
-        except Exception:       # no kaleido: figures fall back to their JSON
+        except Exception:       # no kaleido or no browser: figures fall back to their JSON
             self.kaleido = None
         return self
 

@@ -18,6 +18,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
+from seqlab.experiments._common import Sizes, profile_sizes  # noqa: F401  (an experiment's sizes by profile)
 from seqlab.registry import Registry
 
 EXPERIMENTS = Registry("experiment", argument="experiment")

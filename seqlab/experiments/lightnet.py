@@ -59,7 +59,8 @@ def scan_speed(*, lengths=(512, 1024, 2048, 4096, 8192), heads: int = 4, dim: in
     ``one``: additive decay, eq. 8 (``decay_attention(q, k, v, causal=False)``); ``two``: multiplicative
     decay with one decay per head, forward + backward chunked scans; ``loop``: the eq. 7 recurrence run
     to the end (the sequential reference, for ``L <= loop_max``); ``floor``: one elementwise pass
-    reading q, k, v and writing o (``addcmul``). Returns one dict per length.
+    reading q, k, v and writing o (``addcmul``). Returns one dict per length; its ``ratio`` is two scans' time
+    over one's, forward and backward together (``relative``: each method's time over one scan's).
     """
     from tqdm.auto import tqdm
 
@@ -92,6 +93,8 @@ def scan_speed(*, lengths=(512, 1024, 2048, 4096, 8192), heads: int = 4, dim: in
             row["two_bwd_ms"] = 1e3 * _backward_time(two, leaves, repeats)
             row["ratio_fwd"] = row["two_fwd_ms"] / row["one_fwd_ms"]
             row["ratio_bwd"] = row["two_bwd_ms"] / row["one_bwd_ms"]
+            row["ratio"] = (row["two_fwd_ms"] + row["two_bwd_ms"]) / (row["one_fwd_ms"] + row["one_bwd_ms"])
+            row["relative"] = {"one_scan": 1.0, "two_scans": row["ratio"]}
             rows.append(row)
     finally:
         torch.set_num_threads(before)
@@ -176,8 +179,8 @@ def ablation(*, profile: str | None = None, seed: int = 0, variants: dict | None
 
     ``variants``: ``{name: config changes}`` (default :data:`ABLATIONS`); ``callbacks_for(name)`` may
     return fit callbacks per variant. Returns ``rows`` (``variant, accuracy, loss, parameters`` and
-    ``validation_accuracy``: None unless ``task_kwargs`` give the digits a validation split),
-    ``histories`` and ``models`` keyed by variant.
+    ``validation_accuracy``: None unless ``task_kwargs`` give the digits a validation split), ``accuracy`` and
+    ``validation`` (the rows' two accuracies), ``histories`` and ``models`` keyed by variant.
     """
     from seqlab.models import count_parameters
 
@@ -193,7 +196,9 @@ def ablation(*, profile: str | None = None, seed: int = 0, variants: dict | None
         rows.append({"variant": name, "accuracy": run["accuracy"], "loss": run["loss"],
                      "parameters": count_parameters(run["model"]), "validation_accuracy": run["validation_accuracy"]})
         histories[name], models[name] = run["history"], run["model"]
-    return {"rows": rows, "histories": histories, "models": models, "task": task}
+    return {"rows": rows, "accuracy": {r["variant"]: r["accuracy"] for r in rows},
+            "validation": {r["variant"]: r["validation_accuracy"] for r in rows}, "histories": histories,
+            "models": models, "task": task}
 
 
 @experiment("lightnet-copying")

@@ -113,7 +113,9 @@ def fst_comparison(*, task: str = "digits", profile: str | None = None, models=(
                    **overrides) -> dict:
     """FST vs LRNN-only vs Transformer at matched parameter counts (002 §3.2, §3.5).
 
-    Returns ``{"task", "profile", "sizes", "rows", "histories", "models", "alphas", "data"}``: ``rows`` one
+    Returns ``{"task", "profile", "sizes", "rows", "accuracy", "validation", "params", "alpha2", "histories",
+    "models", "alphas", "data"}``: ``accuracy``, ``validation`` and ``params`` the rows' test accuracy, validation
+    accuracy and parameters by model, ``alpha2`` the first and the deepest FST block's, ``rows`` one
     dict per model (``model, config, params, test_accuracy, test_loss, validation_accuracy, seconds``; the runs
     are watched on the task's validation split where ``task_kwargs`` give one, ``validation_accuracy`` is None
     otherwise), ``histories``
@@ -151,7 +153,10 @@ def fst_comparison(*, task: str = "digits", profile: str | None = None, models=(
                      "validation_accuracy": validation_accuracy(data, history), "seconds": seconds})
         histories[name], trained[name] = history, model
     alphas = readout.fst_alphas(trained["fst"]) if "fst" in trained else None
-    return {"task": task, "profile": profile or config.profile(), "sizes": sizes, "rows": rows,
+    by_model = {key: {r["model"]: r[field] for r in rows} for key, field in
+                (("accuracy", "test_accuracy"), ("validation", "validation_accuracy"), ("params", "params"))}
+    return {"task": task, "profile": profile or config.profile(), "sizes": sizes, "rows": rows, **by_model,
+            "alpha2": {"first_block": alphas[0]["alpha2"], "deepest_block": alphas[-1]["alpha2"]} if alphas else None,
             "histories": histories, "models": trained, "alphas": alphas, "data": data}
 
 

@@ -53,6 +53,8 @@ ABLATION_VARIANTS = {
     "activation": {"exp (proposed)": {}, "relu": {"activation": "relu"}, "elu": {"activation": "elu"}},
     "state-expansion": {"1x": {}, "2x": {"state_expansion": 2}, "4x": {"state_expansion": 4}},
 }
+GROUP_SETTING = {"post-norm": "post_norm", "pre-norm": "pre_norm", "activation": "activation",
+                 "state-expansion": "state_expansion"}      # the block's keyword each group changes
 
 
 def _copy_task(length: int, train_size: int, test_size: int, seed: int, validation_size: int | None = None):
@@ -130,8 +132,9 @@ def copying_ablation(*, profile: str | None = None, seed: int = 0, groups=None, 
     """001 Fig. 2 (a-c) and 000 Fig. 4d: the proposed CausalRN, changing one component at a time.
 
     Returns ``{"groups": {group: {label: History}}, "final": {group: {label: test accuracy}}, "validation":
-    {group: {label: validation accuracy, None without a validation split}}, "sizes": ...}``; the proposed
-    configuration is trained once and shared by every group."""
+    {group: {label: validation accuracy, None without a validation split}}, "by_value": {group: {the setting's
+    value: test accuracy}} (``by_value["activation"]["relu"]``), "validation_by_value": the same on the validation
+    split, "sizes": ...}``; the proposed configuration is trained once and shared by every group."""
     s = profile_sizes(SIZES["ablation"], profile, sizes)
     groups = list(groups or ABLATION_VARIANTS)
     bad = [g for g in groups if g not in ABLATION_VARIANTS]
@@ -140,9 +143,10 @@ def copying_ablation(*, profile: str | None = None, seed: int = 0, groups=None, 
     task = _copy_task(s["length"], s["train_size"], s["test_size"], seed, s.get("validation_size"))
     run = {k: s[k] for k in ("d_model", "n_layers", "steps", "batch_size", "lr", "eval_every")}
     cache: dict[tuple, tuple] = {}
-    out = {"groups": {}, "final": {}, "validation": {}, "sizes": s}
+    out = {"groups": {}, "final": {}, "validation": {}, "by_value": {}, "validation_by_value": {}, "sizes": s}
     for group in groups:
         out["groups"][group], out["final"][group], out["validation"][group] = {}, {}, {}
+        out["by_value"][group], out["validation_by_value"][group] = {}, {}
         for label, change in ABLATION_VARIANTS[group].items():
             cfg = {**BASE, **change}
             key = tuple(sorted(cfg.items()))
@@ -155,6 +159,9 @@ def copying_ablation(*, profile: str | None = None, seed: int = 0, groups=None, 
             out["groups"][group][label] = history
             out["final"][group][label] = accuracy
             out["validation"][group][label] = validation_accuracy(task, history)
+            value = str(cfg[GROUP_SETTING[group]])
+            out["by_value"][group][value] = accuracy
+            out["validation_by_value"][group][value] = out["validation"][group][label]
     return out
 
 
@@ -166,7 +173,8 @@ def copying_scaling(*, profile: str | None = None, seed: int = 0, names=("causal
     the validation split where the sizes give one (``validation_size``), else on the test split.
 
     Returns ``{"lengths": [...], "iterations": {name: [steps or None (not reached)]}, "final": {name: [test
-    accuracy where the run stopped]}, ...}``."""
+    accuracy where the run stopped]}, "at_longest": {"length", "steps": {name: steps, the budget where not
+    reached}, "censored": {name: not reached}, "test_accuracy": {name: ...}}, ...}``."""
     s = profile_sizes(SIZES["scaling"], profile, sizes)
     run = {k: s[k] for k in ("d_model", "n_layers", "batch_size", "lr", "eval_every")}
     out = {"lengths": list(s["lengths"]), "iterations": {}, "final": {}, "max_steps": s["max_steps"], "sizes": s}
@@ -180,6 +188,11 @@ def copying_scaling(*, profile: str | None = None, seed: int = 0, names=("causal
             reached = [r["step"] for r in history.split(eval_split(task)) if r["accuracy"] >= threshold]
             out["iterations"][name].append(reached[0] if reached else None)
             out["final"][name].append(test_metrics(model, task, history)["accuracy"])
+    reached = {name: out["iterations"][name][-1] for name in names}
+    out["at_longest"] = {"length": out["lengths"][-1],
+                         "steps": {name: s["max_steps"] if n is None else n for name, n in reached.items()},
+                         "censored": {name: n is None for name, n in reached.items()},
+                         "test_accuracy": {name: out["final"][name][-1] for name in names}}
     return out
 
 

@@ -22,7 +22,7 @@ import argparse
 import json
 from pathlib import Path
 
-__all__ = ["drop_large_widget_state", "add_static_figures"]
+__all__ = ["drop_large_widget_state", "add_static_figures", "browser_found"]
 
 STATE_KEY = "application/vnd.jupyter.widget-state+json"
 PLOTLY_KEY = "application/vnd.plotly.v1+json"
@@ -56,6 +56,28 @@ def figure_outputs(nb) -> list[dict]:
             if PLOTLY_KEY in out.get("data", {})]
 
 
+NO_BROWSER = ("static figures need a Chromium or Chrome browser for kaleido (Debian: apt-get install chromium; "
+              "or kaleido's own: python -c 'import kaleido; kaleido.get_chrome_sync()')")
+
+
+def browser_found() -> bool:
+    """Whether kaleido has a Chromium or Chrome to draw with. Without one its export waits forever instead of
+    failing, so every export here asks first."""
+    import shutil
+
+    try:
+        from choreographer.browsers.chromium import Chromium    # how kaleido itself looks for one
+    except ImportError:
+        Chromium = None
+    if Chromium is not None:
+        try:
+            return Chromium.find_browser(skip_local=False) is not None
+        except Exception:  # noqa: BLE001  (another choreographer: look on the PATH as below)
+            pass
+    names = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+    return any(shutil.which(n) for n in names)
+
+
 def add_static_figures(path: str | Path, width: int = 800, height: int = 450) -> int:
     """Add a PNG of each plotly output that lacks one (the figure's own width and height where it sets them,
     else ``width`` x ``height``). Returns how many were added; rewrites the file only when some were."""
@@ -75,6 +97,8 @@ def add_static_figures(path: str | Path, width: int = 800, height: int = 450) ->
     except ImportError as err:
         raise RuntimeError("static figures need kaleido (the dev extra: pip install -e '.[dev]') and a Chromium "
                            "or Chrome browser (Debian: apt-get install chromium)") from err
+    if not browser_found():
+        raise RuntimeError(NO_BROWSER)
     kaleido.start_sync_server(silence_warnings=True)      # one browser for all the figures
     try:
         for out in todo:
