@@ -1,6 +1,8 @@
 """TrainConfig: one vocabulary for a run's settings, read and written by fit, the command line, its TOML files and
 the checkpoints (a config round-trips through each)."""
 import dataclasses
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -66,3 +68,40 @@ def test_keywords_build_a_config_and_replace_its_fields(tmp_path):
         train.fit(None, task, stesp=3)
     with pytest.raises(ValueError, match=r"betas: expected two numbers in \[0, 1\)"):
         TrainConfig(betas=(0.9, 1.5))
+
+
+OLD_CHECKPOINT = Path(__file__).resolve().parent / "fixtures" / "checkpoint-36f14f4-step3.pt"
+OLD_LOSSES = [3.376568, 3.372225, 3.352275, 3.367859, 3.353288, 3.31909]    # that run's six steps, then
+
+
+def test_a_checkpoint_written_before_trainconfig_loads_and_resumes(tmp_path):
+    """A periodic save written by seqlab 36f14f4 (before TrainConfig): GateLoop (d_model 8) on copying, seed 3,
+    6 steps of batch 8 at lr 2e-3, saved at step 3. Read back as a TrainConfig and resumed, it ends as a run
+    made now from scratch and as that run did."""
+    path = tmp_path / "run.pt"
+    shutil.copy(OLD_CHECKPOINT, path)
+    back = TrainConfig.from_run(train.load_checkpoint(path)["run"])
+    assert (back.steps, back.batch_size, back.lr, back.seed, back.model) == (6, 8, 2e-3, 3, "gateloop")
+    task = tasks.copying(**TASK)
+
+    def model():
+        torch.manual_seed(0)
+        return models.build("gateloop", vocab_size=task.vocab_size, d_model=8, n_layers=1)
+
+    resumed = train.fit(model(), task, back, checkpoint=path, resume=True, eval_every=3, progress=False)
+    fresh = train.fit(model(), task, steps=6, batch_size=8, lr=2e-3, seed=3, eval_every=3, progress=False)
+    assert resumed.train_loss() == fresh.train_loss()
+    assert [round(x, 6) for x in resumed.train_loss()] == OLD_LOSSES
+
+
+def test_an_experiments_sizes_reach_its_runs_under_the_same_names(tmp_path):
+    """An experiment's sizes use TrainConfig's names: what its checkpoints hold is what the sizes said."""
+    from seqlab import experiments
+
+    sizes = dict(seq_len=24, steps=4, d_model=8, n_layers=1, batch_size=8, lr=1e-2, weight_decay=0.02, warmup=1,
+                 train_size=48, test_size=16, betas=(0.8, 0.9))
+    experiments.run("gateloop-memory-horizon", **sizes, progress=False, checkpoint_dir=tmp_path)
+    for path in sorted(tmp_path.glob("*.pt")):
+        back = TrainConfig.from_run(train.load_checkpoint(path)["run"])
+        assert {k: getattr(back, k) for k in ("steps", "batch_size", "lr", "weight_decay", "warmup", "betas")} == \
+            {k: sizes[k] for k in ("steps", "batch_size", "lr", "weight_decay", "warmup", "betas")}
