@@ -14,7 +14,7 @@ Each creates or reuses one local virtual environment, ``.venv`` beside this file
 machine), then ``requirements.lock`` (every other package, exact versions and hashes) and then this
 package, editable, without dependencies. The install is redone when ``pyproject.toml`` or the lock
 changes. Works with the standard library alone, on Linux, macOS and Windows.
-Extra arguments are passed on: ``python workbench.py test tests/test_scan.py -x``,
+Extra arguments are passed on: ``python workbench.py test tests/ops/test_scan.py -x``,
 ``python workbench.py lab --port 8899``.
 """
 from __future__ import annotations

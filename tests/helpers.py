@@ -1,6 +1,12 @@
 """Helpers the tests share (imported as ``from helpers import check``: a module named ``conftest`` would clash
-with ``notebooks/conftest.py`` when pytest collects both folders)."""
+with ``notebooks/conftest.py`` when pytest collects both folders; ``tests/conftest.py`` puts this folder on the
+path of every test folder)."""
+from pathlib import Path
+
 import torch
+
+TESTS = Path(__file__).resolve().parent          # tests/: the shared data (tiny_profile/, fixtures/)
+REPO = TESTS.parent
 
 
 def check(out: torch.Tensor, ref: torch.Tensor, tol: float, what: str = "") -> None:

@@ -125,3 +125,13 @@ def test_nothing_below_the_claims_imports_them():
     """The claims run experiments and read results; only the command line reads them."""
     readers = sorted(m for m, imports in _import_graph().items() if "seqlab.claims" in imports)
     assert readers == ["seqlab.__main__"], readers
+
+
+def test_the_tests_are_grouped_as_the_package_is():
+    """One folder of tests per floor of the package; a test file keeps its name wherever it lives."""
+    tests = pathlib.Path(__file__).resolve().parent
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
+    assert folders == {"ops", "layers", "models", "tasks", "train", "experiments", "viz", "lessons", "cli"}
+    assert {p.name for p in tests.glob("test_*.py")} == {"test_layout.py", "test_config.py", "test_memory.py"}
+    names = [p.name for p in tests.rglob("test_*.py")]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)

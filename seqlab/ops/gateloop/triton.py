@@ -44,7 +44,7 @@ Blocks (:func:`gateloop_blocks`): heads of 16 and more use tiles of 16 and ``tl.
 ``input_precision="ieee"``: TF32 would break the float tolerances, and the interpreter would not show it;
 float64 stays float64); smaller heads (the paper's ``dk = dv = 1``) take an elementwise path with tiles of
 their own size, not padded to 16. ``ptxas -v`` reports no spills at these blocks for sm_80 and sm_90
-(``tests/test_triton_spills.py``); at tiles of 32 the backward's ``dq/dk`` kernel spills 6 KB, at 64 all but the
+(``tests/ops/test_triton_spills.py``); at tiles of 32 the backward's ``dq/dk`` kernel spills 6 KB, at 64 all but the
 attention kernel do: a full-precision ``tl.dot`` is a loop of FMAs whose operands each thread holds in registers.
 """
 from __future__ import annotations
@@ -77,7 +77,7 @@ if triton is not None:
         The elementwise form sums a (K, M, N) product over its first axis. Written as the textbook
         ``sum(a[:, :, None] * b[None, :, :], axis=1)`` it is turned by Triton's combiner into a ``tt.dot``, whose
         result at a side of 1 was wrong on an H100 (Triton 3.6: GateLoop's ``dq`` off by 700%);
-        ``tests/test_triton_spills.py`` checks that no kernel of the small path holds a ``tt.dot``."""
+        ``tests/ops/test_triton_spills.py`` checks that no kernel of the small path holds a ``tt.dot``."""
         if DOT:
             return tl.dot(a, b, input_precision="ieee")
         else:
@@ -438,7 +438,7 @@ def gateloop_blocks(dk: int, dv: int) -> tuple[int, int, bool]:
 
     Heads of 16 and more: tiles of 16 and ``tl.dot``. In full float32 precision ``tl.dot`` is a loop of
     FMAs whose operands every thread holds in registers; ``ptxas -v`` finds the backward kernel spilling
-    at tiles of 32 and the forward ones at 64, and none at 16 (``tests/test_triton_spills.py``). A side
+    at tiles of 32 and the forward ones at 64, and none at 16 (``tests/ops/test_triton_spills.py``). A side
     under 16 (the paper's ``dk = dv = 1``): the elementwise path, with tiles of that side's own size.
     """
     def np2(n):
@@ -454,7 +454,7 @@ def gateloop_warps(kernel: str, dot: bool) -> int:
     (:func:`chunk_output_kernel`, :func:`chunk_dv_kernel`) when they multiply with ``tl.dot``, else Triton's
     default 4. At 4 warps Triton 3.7 (the version torch 2.13 requires) compiles them for sm_90 into 96
     registers and ``ptxas -v`` reports 4-8 bytes of spills; at 8 warps, 72-98 registers and none
-    (``tests/test_triton_spills.py`` compiles every kernel with the warps given here)."""
+    (``tests/ops/test_triton_spills.py`` compiles every kernel with the warps given here)."""
     return 8 if dot and kernel in ("chunk_output_kernel", "chunk_dv_kernel") else 4
 
 

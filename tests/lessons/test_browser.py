@@ -35,8 +35,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 TOUR = REPO / "notebooks" / "00_welcome.ipynb"
 FIRST_OPEN = "first_open.ipynb"     # the committed tour, opened without running it
 ARTIFACTS = REPO / "test-artifacts"

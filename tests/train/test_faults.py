@@ -14,6 +14,7 @@ import time
 
 import pytest
 import torch
+from helpers import TESTS
 
 from seqlab import claims, interrupt, results, train
 from seqlab.__main__ import main
@@ -262,7 +263,7 @@ def test_four_arena_sittings_on_one_file_keep_every_run_and_every_key(tmp_path):
 def test_a_corrupted_claim_file_is_named_and_never_overwritten(tmp_path, capsys):
     from pathlib import Path
 
-    tiny = str(Path(__file__).resolve().parent / "tiny_profile")
+    tiny = str(TESTS / "tiny_profile")
     record = tmp_path / "fst-alpha-depth.json"
     record.write_text('{"id": "fst-alpha-depth", "arms": ')
     before = record.read_bytes()

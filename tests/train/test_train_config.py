@@ -2,10 +2,10 @@
 the checkpoints (a config round-trips through each)."""
 import dataclasses
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import TESTS
 
 from seqlab import models, tasks, train
 from seqlab.__main__ import TRAIN_FLAGS, TRAIN_OPTIONS, parse_args, train_config
@@ -70,7 +70,7 @@ def test_keywords_build_a_config_and_replace_its_fields(tmp_path):
         TrainConfig(betas=(0.9, 1.5))
 
 
-OLD_CHECKPOINT = Path(__file__).resolve().parent / "fixtures" / "checkpoint-36f14f4-step3.pt"
+OLD_CHECKPOINT = TESTS / "fixtures" / "checkpoint-36f14f4-step3.pt"
 OLD_LOSSES = [3.376568, 3.372225, 3.352275, 3.367859, 3.353288, 3.31909]    # that run's six steps, then
 
 

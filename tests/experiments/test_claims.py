@@ -2,16 +2,15 @@
 the tiny sizes of ``tests/tiny_profile/`` (seconds), resuming, skipping, the results page, the medium sizes."""
 import json
 import math
-from pathlib import Path
 
 import pytest
+from helpers import TESTS
 
-from seqlab import claims, train
+from seqlab import claims, experiments, train
 from seqlab.__main__ import main
-from seqlab import experiments
 from seqlab.experiments import _common
 
-TINY = str(Path(__file__).resolve().parent / "tiny_profile")
+TINY = str(TESTS / "tiny_profile")
 
 
 # --------------------------------------------------------------------------------------------- the verdict rule

@@ -4,13 +4,13 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import ctrl_c_at_step
+from helpers import REPO, ctrl_c_at_step
 
 from seqlab import experiments, train
 from seqlab.__main__ import main
 from seqlab.experiments import _common
 
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.toml"))
+CONFIGS = sorted((REPO / "configs").glob("*.toml"))
 
 
 def test_every_paper_experiment_has_a_config_and_every_config_an_experiment():
@@ -212,7 +212,7 @@ def test_the_full_profile_benchmark_projects_a_whole_run(capsys):
     """benchmarks/full_profile.py (gpu-check runs it at full size) on the quick sizes of one experiment."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "full_profile.py"
+    path = REPO / "benchmarks" / "full_profile.py"
     spec = importlib.util.spec_from_file_location("full_profile", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -227,7 +227,7 @@ def test_peak_bandwidth_from_device_properties():
     import importlib.util
     from types import SimpleNamespace
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu.py"
+    path = REPO / "benchmarks" / "gpu.py"
     spec = importlib.util.spec_from_file_location("gpu_bench", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -240,7 +240,7 @@ def test_peak_bandwidth_from_device_properties():
 def test_the_readme_config_table_and_train_file_are_true(tmp_path, capsys):
     import re
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
     section = readme[readme.index("## Running at paper size"):readme.index("## Benchmarks")]
     listed = re.findall(r"\| `configs/([\w-]+)\.toml` \| ([^|]+) \| ([^|]+) \|", section)
     assert sorted(name for name, _, _ in listed) == sorted(p.stem for p in CONFIGS)

@@ -5,11 +5,11 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 LOCK = ROOT / "requirements.lock"
 
 if sys.version_info >= (3, 11):

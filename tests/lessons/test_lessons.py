@@ -7,11 +7,11 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import REPO
 
-LESSONS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("0*.ipynb"))
+LESSONS = sorted((REPO / "notebooks").glob("0*.ipynb"))
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)

@@ -1,15 +1,15 @@
 """The character-level text task: ASCII tokenizer, local files, a HF loader on a local file, and
 the default corpus (data/corpus/shakespeare.txt)."""
 import hashlib
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import REPO
 
 from seqlab.tasks import text as text_task
 from seqlab.tasks.text import CORPUS, decode, encode, shakespeare
 
-FIXTURE = Path(__file__).resolve().parents[1] / "data" / "fixtures" / "tiny_corpus.txt"
+FIXTURE = REPO / "data" / "fixtures" / "tiny_corpus.txt"
 
 
 @pytest.fixture(autouse=True)

@@ -26,7 +26,7 @@ def _inputs(kind, B, L, D, time_invariant, with_h0):
     dt = torch.float64 if kind == "real" else torch.complex128
     x = torch.randn(B, L, D).to(dt) if kind == "real" else torch.randn(B, L, D, dtype=torch.complex64).to(dt)
     h0 = torch.randn(B, D, dtype=torch.complex64 if kind != "real" else torch.float32).to(dt) if with_h0 else None
-    a = _f32(a).to(a.dtype)  # float32-exact values (see tests/test_scan.py)
+    a = _f32(a).to(a.dtype)  # float32-exact values (see tests/ops/test_scan.py)
     return a, x, h0
 
 

@@ -1,12 +1,12 @@
 """On a CUDA machine every lesson runs to its end in the quick profile, its tensors on the GPU and its
 Triton cells running the compiled kernels (``-m cuda``; skipped where there is no GPU). The outputs are
 not compared: the committed ones come from a CPU without Triton (``notebooks/conftest.py``)."""
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import REPO
 
-LESSONS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("0*.ipynb"))
+LESSONS = sorted((REPO / "notebooks").glob("0*.ipynb"))
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
