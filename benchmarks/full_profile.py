@@ -26,9 +26,6 @@ from tqdm.auto import tqdm
 from seqlab import config, experiments
 from seqlab.experiments import _common
 
-STEP_KEYS = ("steps", "max_steps")
-
-
 def cases(names: list[str]) -> list[tuple[str, str | None]]:
     """``(experiment, section)`` for every size table of the named experiments (all with a config by default)."""
     out = []
@@ -41,11 +38,9 @@ def cases(names: list[str]) -> list[tuple[str, str | None]]:
 
 def timed_run(name: str, section: str | None, profile: str, steps: int) -> float:
     """Seconds for experiment ``name`` at ``profile`` sizes with every run cut to ``steps`` steps."""
-    table = next(t for t in _common.TABLES[name] if t.section == section)
-    key = next(k for k in STEP_KEYS if k in table.quick)
     kwargs = {"task": section} if section else {}
     start = time.perf_counter()
-    experiments.run(name, profile=profile, progress=False, **kwargs, **{key: steps})
+    experiments.run(name, profile=profile, progress=False, **kwargs, steps=steps)
     if config.cuda_available():
         import torch
 
@@ -56,7 +51,7 @@ def timed_run(name: str, section: str | None, profile: str, steps: int) -> float
 def project(name: str, section: str | None, profile: str, steps: int) -> dict:
     table = next(t for t in _common.TABLES[name] if t.section == section)
     sizes = table[profile]
-    total = next(sizes[k] for k in STEP_KEYS if k in sizes)
+    total = sizes["steps"]
     timed_run(name, section, profile, 1)      # untimed: data sets generated and cached, kernels compiled
     short, double = timed_run(name, section, profile, steps), timed_run(name, section, profile, 2 * steps)
     per_step = max(double - short, 0.0) / steps

@@ -37,7 +37,7 @@ SIZES = {
         length=6, d_model=64, n_layers=1, steps=120, batch_size=16, lr=3e-3, train_size=4000, test_size=128,
         eval_every=20), optional=("validation_size",)),
     "scaling": Sizes("relation-copying-scaling", dict(
-        lengths=(4, 8), d_model=64, n_layers=1, max_steps=150, batch_size=16, lr=3e-3, train_size=4000,
+        lengths=(4, 8), d_model=64, n_layers=1, steps=150, batch_size=16, lr=3e-3, train_size=4000,
         test_size=128, eval_every=10), optional=("validation_size",)),
     "birn": Sizes("relation-birn-digits", dict(
         d_model=32, n_layers=2, steps=400, batch_size=32, lr=3e-3, levels=2, pre_norm="approx")),
@@ -177,12 +177,12 @@ def copying_scaling(*, profile: str | None = None, seed: int = 0, names=("causal
     reached}, "censored": {name: not reached}, "test_accuracy": {name: ...}}, ...}``."""
     s = profile_sizes(SIZES["scaling"], profile, sizes)
     run = {k: s[k] for k in ("d_model", "n_layers", "batch_size", "lr", "eval_every")}
-    out = {"lengths": list(s["lengths"]), "iterations": {}, "final": {}, "max_steps": s["max_steps"], "sizes": s}
+    out = {"lengths": list(s["lengths"]), "iterations": {}, "final": {}, "max_steps": s["steps"], "sizes": s}
     for name in names:
         out["iterations"][name], out["final"][name] = [], []
         for length in s["lengths"]:
             task = _copy_task(length, s["train_size"], s["test_size"], seed, s.get("validation_size"))
-            model, history = train_copying(name, task, steps=s["max_steps"], seed=seed, stop_at=threshold,
+            model, history = train_copying(name, task, steps=s["steps"], seed=seed, stop_at=threshold,
                                            progress=progress, checkpoint_dir=checkpoint_dir,
                                            run_name=f"{name}-L{length}-seed{seed}", **run)
             reached = [r["step"] for r in history.split(eval_split(task)) if r["accuracy"] >= threshold]
@@ -190,7 +190,7 @@ def copying_scaling(*, profile: str | None = None, seed: int = 0, names=("causal
             out["final"][name].append(test_metrics(model, task, history)["accuracy"])
     reached = {name: out["iterations"][name][-1] for name in names}
     out["at_longest"] = {"length": out["lengths"][-1],
-                         "steps": {name: s["max_steps"] if n is None else n for name, n in reached.items()},
+                         "steps": {name: s["steps"] if n is None else n for name, n in reached.items()},
                          "censored": {name: n is None for name, n in reached.items()},
                          "test_accuracy": {name: out["final"][name][-1] for name in names}}
     return out

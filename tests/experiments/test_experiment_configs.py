@@ -34,9 +34,8 @@ def test_every_size_table_reads_its_full_sizes_from_the_config(name):
         assert set(full) - set(table.optional) == set(table.quick)    # optional keys: where a profile sets them
         assert full != table["quick"]
         # steps grow, or at least stay: the paper's runs are never shorter than the quick ones
-        for key in ("steps", "max_steps"):
-            if key in full:
-                assert full[key] >= table.quick[key]
+        if "steps" in full:
+            assert full["steps"] >= table.quick["steps"]
 
 
 def _write(tmp_path, text: str, name="run.toml") -> Path:
@@ -274,3 +273,18 @@ def test_the_medium_and_full_configs_of_an_experiment_share_their_optimiser(full
     differ = {k: (medium.get(k), paper.get(k)) for k in set(medium) | set(paper)
               if k.rsplit(".", 1)[-1] in OPTIMISER_KEYS and medium.get(k) != paper.get(k)}
     assert not differ, f"{full.name}: medium and full set the optimiser differently: {differ}"
+
+
+def test_every_size_table_that_trains_names_its_settings_as_trainconfig_does():
+    """steps, batch_size, lr (and any other training setting) under TrainConfig's field names, never an alias."""
+    from seqlab.train_config import TrainConfig
+
+    aliases = {"max_steps", "iters", "iterations", "n_steps", "learning_rate", "bs", "batch", "wd", "warmup_steps"}
+    for name in experiments.names():
+        if name in experiments.WITHOUT_CONFIG:
+            continue
+        for table in _common.TABLES[name]:
+            keys = set(table.quick) | set(table.optional)
+            assert {"steps", "batch_size"} <= keys and ({"lr", "lrs"} & keys), (name, table.section)
+            assert not keys & aliases, (name, sorted(keys & aliases))
+            assert {"weight_decay", "warmup", "betas", "eval_every"} & keys <= set(TrainConfig.fields())

@@ -42,7 +42,7 @@ def test_copying_pair_and_ablation_share_the_base_run():
 
 
 def test_scaling_records_iterations_or_none():
-    out = R.copying_scaling(names=("causalrn", "linear-causalrn"), lengths=(2,), max_steps=4, eval_every=2, **TINY)
+    out = R.copying_scaling(names=("causalrn", "linear-causalrn"), lengths=(2,), steps=4, eval_every=2, **TINY)
     for name in ("causalrn", "linear-causalrn"):
         its = out["iterations"][name]
         assert len(its) == 1 and (its[0] is None or 1 <= its[0] <= 4)
