@@ -135,3 +135,29 @@ def test_the_tests_are_grouped_as_the_package_is():
     assert {p.name for p in tests.glob("test_*.py")} == {"test_layout.py", "test_config.py", "test_memory.py"}
     names = [p.name for p in tests.rglob("test_*.py")]
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+
+
+def _module_of(path: pathlib.Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_private_name_is_read_from_outside_its_package():
+    """A name with a leading underscore (a module or a function) is imported only inside the package that holds
+    it: ``seqlab.ops.scan._common`` serves ``seqlab/ops/scan/``, never the command line or a lesson's checker."""
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        here = _module_of(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("seqlab")):
+                continue
+            for name in [node.module + "." + a.name for a in node.names]:
+                parts = name.split(".")
+                private = [i for i, p in enumerate(parts) if p.startswith("_") and not p.startswith("__")]
+                if private:     # its owner: the package of the private module, or of the module with the private name
+                    i = private[0]
+                    holder = PACKAGE.parent.joinpath(*parts[:i])
+                    owner = ".".join(parts[:i] if holder.is_dir() or i < len(parts) - 1 else parts[:i - 1])
+                    if not (here == owner or here.startswith(owner + ".")):
+                        bad.append(f"{here} imports {name}")
+    assert not bad, bad

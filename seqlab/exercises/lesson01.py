@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from seqlab.models.decoding import _tensors  # every tensor inside a decoding state
+from seqlab.models.decoding import state_tensors  # every tensor inside a decoding state
 from seqlab.exercises._core import (
     Wrong,
     call,
@@ -97,7 +97,7 @@ def _check_01_3(answer):
         model = models.build(name, vocab_size=16, d_model=32, n_layers=2).double().eval()
         with torch.no_grad():
             _, state = model.prefill(tokens)                   # read 100 tokens and count what is kept
-        held[name] = sum(t[0].numel() for t in _tensors(state["blocks"]))   # every tensor of the state
+        held[name] = sum(t[0].numel() for t in state_tensors(state["blocks"]))   # every tensor of the state
     for name, why in (("causalrn", "exact pre-norm keeps every past p_i: 32 floats x 100 tokens x 2 layers"),
                       ("linear-causalrn", "the exp form keeps one running log-sum of d_h = 32 floats per layer, "
                                           "whatever t")):

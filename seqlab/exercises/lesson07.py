@@ -17,12 +17,12 @@ from seqlab.exercises._core import Wrong, call, exercise, need_function, whole_n
                "answer = mqar_labels")
 def _check_07_1(answer):
     from seqlab.tasks.base import IGNORE
-    from seqlab.tasks.recall import _mqar_rows
+    from seqlab.tasks.recall import mqar_rows
 
     fn = need_function(answer, "mqar_labels(ids, num_kv_pairs) -> labels")
     rng = np.random.default_rng(71)
     for vocab, L, D in ((64, 32, 4), (20, 16, 2), (256, 64, 8)):
-        ids, labels = _mqar_rows(rng, 3, vocab, L, D, 0.01)
+        ids, labels = mqar_rows(rng, 3, vocab, L, D, 0.01)
         ids, want = torch.as_tensor(ids), torch.as_tensor(labels)
         out = call(fn, ids.clone(), D)
         got = torch.as_tensor(out) if not isinstance(out, torch.Tensor) else out

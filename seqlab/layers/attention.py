@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from seqlab.ops._checks import check_mode, check_tensor
+from seqlab.ops import check_mode, check_tensor
 
 __all__ = ["elu_feature_map", "linear_attention", "MLP", "TransformerBlock", "LinearTransformerBlock"]
 

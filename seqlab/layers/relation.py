@@ -23,7 +23,7 @@ import math
 import torch
 import torch.nn as nn
 
-from seqlab.ops.relation import (RELATION_ACTIVATIONS, RELATION_PRE_NORMS, _resolve_mode, relation, relation_query,
+from seqlab.ops.relation import (RELATION_ACTIVATIONS, RELATION_PRE_NORMS, resolve_mode, relation, relation_query,
                                  relation_state, relation_step)
 
 __all__ = ["RelationBlock", "CausalRNBlock", "BiRNBlock"]
@@ -44,7 +44,7 @@ class RelationBlock(nn.Module):
             raise ValueError(f"activation: expected one of {RELATION_ACTIVATIONS}, got {activation!r}")
         if pre_norm not in RELATION_PRE_NORMS:
             raise ValueError(f"pre_norm: expected one of {RELATION_PRE_NORMS}, got {pre_norm!r}")
-        self.mode = _resolve_mode(mode, activation, pre_norm)   # refuses linear + exact / non-exp, with the reason
+        self.mode = resolve_mode(mode, activation, pre_norm)   # refuses linear + exact / non-exp, with the reason
         self.requested_mode = mode                                 # "auto" picks the Triton kernel on a GPU
         self.causal, self.activation, self.pre_norm = causal, activation, pre_norm
         self.d_model, self.d_hidden = d_model, state_expansion * d_model

@@ -20,19 +20,19 @@ import torch
 
 from seqlab.models.common import SequenceModel
 
-__all__ = ["DecodingModel"]
+__all__ = ["DecodingModel", "state_tensors"]
 
 
-def _tensors(obj):
+def state_tensors(obj):
     """Every tensor inside a block state (tensors, tuples, lists, dicts, named tuples)."""
     if isinstance(obj, torch.Tensor):
         yield obj
     elif isinstance(obj, dict):
         for v in obj.values():
-            yield from _tensors(v)
+            yield from state_tensors(v)
     elif isinstance(obj, (tuple, list)):
         for v in obj:
-            yield from _tensors(v)
+            yield from state_tensors(v)
 
 
 class DecodingModel(SequenceModel):
@@ -63,7 +63,7 @@ class DecodingModel(SequenceModel):
         if not isinstance(state, dict) or state.get("model") != self._state_tag():
             raise ValueError(f"state: expected a state from this model's init_state/prefill/step "
                              f"({self._state_tag()[0]}), got one from {_owner(state)}")
-        if state["batch"] != batch or any(t.shape[0] != batch for t in _tensors(state["blocks"])):
+        if state["batch"] != batch or any(t.shape[0] != batch for t in state_tensors(state["blocks"])):
             raise ValueError(f"state: holds {state['batch']} sequences but the tokens have batch size {batch}")
 
     def _check_positions(self, t: int, n: int, what: str) -> None:

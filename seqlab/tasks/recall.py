@@ -38,7 +38,7 @@ import numpy as np
 from seqlab.tasks._cache import cached_splits
 from seqlab.tasks.base import IGNORE, Task, split_sizes, validation_param
 
-__all__ = ["mqar"]
+__all__ = ["mqar", "mqar_rows"]
 
 MQAR_STREAM = 5          # this task's random stream (copying uses 1, memory horizon 4, the MAD tasks 6..10)
 FILLERS = ("random", "zoology")
@@ -84,7 +84,9 @@ def _filler(rng, keys: np.ndarray, vocab_size: int, seq_len: int) -> np.ndarray:
     return out
 
 
-def _mqar_rows(rng, rows: int, vocab_size: int, seq_len: int, D: int, power_a: float, filler: str = "random"):
+def mqar_rows(rng, rows: int, vocab_size: int, seq_len: int, D: int, power_a: float, filler: str = "random"):
+    """``rows`` MQAR examples ``(input_ids, labels)`` drawn from ``rng`` (numpy): ``D`` key-value pairs, then the
+    queries at distances drawn with ``power_a``, the rest ``filler`` (:func:`mqar`)."""
     half = vocab_size // 2
     keys = _distinct(rng, rows, 1, half, D)                      # lower half without token 0
     values = _distinct(rng, rows, half, vocab_size, D)           # upper half
@@ -103,7 +105,7 @@ def _mqar_rows(rng, rows: int, vocab_size: int, seq_len: int, D: int, power_a: f
 
 
 def _mqar_split(rng, size: int, vocab_size: int, seq_len: int, D: int, power_a: float, filler: str) -> dict:
-    parts = [_mqar_rows(rng, min(_CHUNK, size - s), vocab_size, seq_len, D, power_a, filler)
+    parts = [mqar_rows(rng, min(_CHUNK, size - s), vocab_size, seq_len, D, power_a, filler)
              for s in range(0, size, _CHUNK)]
     return {"input_ids": np.concatenate([p[0] for p in parts]).tolist(),
             "labels": np.concatenate([p[1] for p in parts]).tolist()}

@@ -9,7 +9,7 @@ import torch
 
 from helpers import check
 from seqlab import models
-from seqlab.models.decoding import _tensors
+from seqlab.models.decoding import state_tensors
 
 VOCAB, B, L, P = 13, 3, 37, 20
 
@@ -49,7 +49,7 @@ def _steps(model, tokens, state):
 
 def _floats(state) -> int:
     """Floats held per sequence in a model state (complex = two)."""
-    return sum(t[0].numel() * (2 if t.is_complex() else 1) for t in _tensors(state["blocks"]))
+    return sum(t[0].numel() * (2 if t.is_complex() else 1) for t in state_tensors(state["blocks"]))
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -90,7 +90,7 @@ def test_an_empty_prompt_leaves_the_state_as_it_was(name):
         for state in (model.init_state(B), model.prefill(x[:, :P])[1]):
             logits, after = model.prefill(x[:, :0], state)
             assert logits.shape == (B, 0, VOCAB) and after["t"] == state["t"]
-            for S, S_before in zip(_tensors(after["blocks"]), _tensors(state["blocks"])):
+            for S, S_before in zip(state_tensors(after["blocks"]), state_tensors(state["blocks"])):
                 assert torch.equal(S, S_before)
             nxt, _ = model.step(x[:, P], after)
             ref, _ = model.step(x[:, P], state)
@@ -179,7 +179,7 @@ def _check_parts_and_steps(model, x, cut: int, what: str):
         c, s_steps = _steps(model, x, model.init_state(B))
     check(torch.cat([a, b], 1), ref, 1e-9, f"{what}: prefill in two parts")
     check(c, ref, 1e-9, f"{what}: steps")
-    for S, S_ref in zip(_tensors(s["blocks"]), _tensors(s_steps["blocks"])):
+    for S, S_ref in zip(state_tensors(s["blocks"]), state_tensors(s_steps["blocks"])):
         check(S, S_ref, 1e-9, f"{what}: final state")
     return s
 

@@ -65,7 +65,7 @@ from seqlab.ops.relation.streaming import RelationState, relation_query, relatio
 
 __all__ = ["relation", "relation_reference", "relation_pairs", "relation_attention_matrix", "relation_query",
            "relation_state", "relation_step", "RelationState", "feature_layer_norm",
-           "RELATION_ACTIVATIONS", "RELATION_PRE_NORMS", "RELATION_MODES", "RELATION_PAIR_BUDGET"]
+           "RELATION_ACTIVATIONS", "RELATION_PRE_NORMS", "RELATION_MODES", "RELATION_PAIR_BUDGET", "resolve_mode"]
 
 
 def _auto_linear(device) -> str:
@@ -75,7 +75,9 @@ def _auto_linear(device) -> str:
     return "triton" if device is not None and fast_backend(device) == "triton" else "linear"
 
 
-def _resolve_mode(mode: str, activation: str, pre_norm: str, device=None) -> str:
+def resolve_mode(mode: str, activation: str, pre_norm: str, device=None) -> str:
+    """The mode ``relation`` runs for ``mode`` (``"auto"`` picks by activation, pre-norm and device); an error that
+    says why for a mode the activation or the pre-norm cannot run."""
     if mode == "auto":
         return _auto_linear(device) if activation == "exp" and pre_norm != "exact" else "quadratic"
     if mode == "triton" and (activation != "exp" or pre_norm == "exact"):
@@ -114,7 +116,7 @@ def relation(p, q, *, causal=True, activation="exp", pre_norm="none", normalized
     """
     _check_args(p, q, activation, pre_norm, weight, bias, mode)
     check_finite_inputs("relation", p=p, q=q, weight=weight, bias=bias)
-    mode = traceable_mode(_resolve_mode(mode, activation, pre_norm, p.device), "linear", p, q)
+    mode = traceable_mode(resolve_mode(mode, activation, pre_norm, p.device), "linear", p, q)
     out_dtype = p.dtype
     p, q, weight, bias = map(at_least_float32, (p, q, weight, bias))  # half precision is computed in float32
     if mode in ("linear", "triton"):
