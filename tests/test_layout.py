@@ -121,6 +121,17 @@ def test_the_upper_floors_import_downward(module, forbidden):
     assert not bad, f"{module} imports {bad}"
 
 
+def test_the_exercises_sit_on_top_and_import_no_claims():
+    """Lessons import the exercises; nothing in the package does, and the checkers never run the claims."""
+    graph = _import_graph()
+    readers = sorted(m for m, imports in graph.items()
+                     if not _within(m, ("seqlab.exercises",)) and any(_within(i, ("seqlab.exercises",)) for i in imports))
+    assert readers == [], readers
+    bad = sorted({i for m, imports in graph.items() if _within(m, ("seqlab.exercises",))
+                  for i in imports if _within(i, ("seqlab.claims", "seqlab.__main__"))})
+    assert bad == [], bad
+
+
 def test_nothing_below_the_claims_imports_them():
     """The claims run experiments and read results; only the command line reads them."""
     readers = sorted(m for m, imports in _import_graph().items() if "seqlab.claims" in imports)
