@@ -180,6 +180,10 @@ def write_lab_overrides(py: Path) -> None:
     path.write_text(json.dumps(current, indent=2))
 
 
+# JupyterLab's options: a save that changes nothing but the widget state leaves a lesson as it is, byte for
+# byte, and no save drops a saved widget that an output shows (seqlab.viz.nbstate.keep_saved_widgets)
+LAB_ARGS = ["--ContentsManager.pre_save_hook=seqlab.viz.nbstate.keep_saved_widgets"]
+
 WORKING = ROOT / "my_notebooks"          # the learner's copy of the lessons (git-ignored)
 SYNC = WORKING / ".seqlab-sync.json"     # lesson -> hash of the tracked version it was copied from
 
@@ -257,7 +261,7 @@ def lab(args: list[str]) -> int:
     if reset:
         return 0
     # -y: one Ctrl-C shuts JupyterLab down (no "Shutdown this Jupyter server (y/[n])?" prompt)
-    cmd = [py, "-m", "jupyter", "lab", "-y", f"--notebook-dir={WORKING}", *args]
+    cmd = [py, "-m", "jupyter", "lab", "-y", f"--notebook-dir={WORKING}", *LAB_ARGS, *args]
     if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in args:
         cmd.append("--allow-root")  # containers often run as root; JupyterLab refuses without it
     print("+", " ".join(map(str, cmd)), flush=True)

@@ -15,18 +15,77 @@ Static figures. A plotly output holds only the figure's JSON, which JupyterLab d
 GitHub's viewer and other readers draw nothing from it. ``--png`` adds an ``image/png`` rendering of each
 plotly output (kaleido, with the system's Chromium) beside its JSON: JupyterLab still draws the
 interactive figure, the others show the picture. nbval does not compare PNGs, so they never fail a check.
+
+Saving from JupyterLab. With "Save Widget State Automatically" on, ipywidgets' JupyterLab manager marks a
+notebook modified as soon as it restores the widgets saved in it (every restored model is "registered"), and
+the state it then saves holds only the models its kernel made: an untouched lesson left open is autosaved with
+its saved widgets gone (ipywidgets issue 3888), and JavaScript writes ``1.0`` as ``1``. ``workbench.py lab``
+runs JupyterLab with :func:`keep_saved_widgets` as its contents manager's pre-save hook: a save that changes
+nothing but the widget state (and the spelling of numbers) writes the file as it was, byte for byte; any other
+save keeps every saved widget model that an output still shows.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 from pathlib import Path
 
-__all__ = ["drop_large_widget_state", "add_static_figures", "browser_found"]
+__all__ = ["drop_large_widget_state", "add_static_figures", "browser_found", "keep_saved_widgets"]
 
 STATE_KEY = "application/vnd.jupyter.widget-state+json"
+VIEW_KEY = "application/vnd.jupyter.widget-view+json"
 PLOTLY_KEY = "application/vnd.plotly.v1+json"
 PNG_KEY = "image/png"
+# JupyterLab's command-line option that installs the hook (workbench.py lab and the browser test use it)
+LAB_SAVE_HOOK = "--ContentsManager.pre_save_hook=seqlab.viz.nbstate.keep_saved_widgets"
+_MODEL_REF = re.compile(r'IPY_MODEL_([0-9a-f]{32})|"model_id": "([0-9a-f]{32})"')
+
+
+def _comparable(nb) -> dict:
+    """A notebook as plain JSON values without its widget state, lines joined as nbformat reads them: a save
+    from JupyterLab compares equal to the file when nothing else changed (``1 == 1.0`` in Python)."""
+    import nbformat
+
+    data = json.loads(nbformat.writes(nbformat.from_dict(json.loads(json.dumps(nb)))))
+    data.get("metadata", {}).pop("widgets", None)
+    return nbformat.reads(json.dumps(data), as_version=nbformat.NO_CONVERT)
+
+
+def _shown_models(nb: dict, saved: dict, kept: dict) -> list[str]:
+    """The saved models (of ``saved``) that ``nb``'s outputs show and ``kept`` lacks, with every model they
+    refer to (children, layouts, output widgets' own outputs)."""
+    frontier = [m.group(1) or m.group(2) for m in _MODEL_REF.finditer(json.dumps(nb.get("cells", [])))]
+    found: list[str] = []
+    while frontier:
+        mid = frontier.pop()
+        if mid in kept or mid in found or mid not in saved:
+            continue
+        found.append(mid)
+        frontier += [m.group(1) or m.group(2) for m in _MODEL_REF.finditer(json.dumps(saved[mid]))]
+    return found
+
+
+def keep_saved_widgets(model: dict, path: str, contents_manager, **kwargs) -> None:
+    """A Jupyter server pre-save hook (module doc): a notebook saved with nothing changed but its widget state is
+    written as the file already is; otherwise the widget models its outputs still show are kept from the file."""
+    import nbformat
+
+    if model.get("type") != "notebook" or not isinstance(model.get("content"), dict):
+        return
+    os_path = os.path.join(contents_manager.root_dir, path.strip("/"))
+    if not os.path.isfile(os_path):
+        return
+    disk = nbformat.read(os_path, as_version=nbformat.NO_CONVERT)
+    if _comparable(model["content"]) == _comparable(disk):
+        model["content"] = disk                    # nothing of the learner's changed: the file, byte for byte
+        return
+    saved = disk.metadata.get("widgets", {}).get(STATE_KEY, {}).get("state", {})
+    widgets = model["content"].setdefault("metadata", {}).setdefault("widgets", {})
+    kept = widgets.setdefault(STATE_KEY, {"state": {}, "version_major": 2, "version_minor": 0}).setdefault("state", {})
+    for mid in _shown_models(model["content"], saved, kept):
+        kept[mid] = saved[mid]
 
 
 def drop_large_widget_state(path: str | Path, max_bytes: int = 200_000) -> list[str]:

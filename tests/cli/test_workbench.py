@@ -122,3 +122,9 @@ def test_the_second_pass_holds_another_floating_point_path(wb):
         pytest.skip("torch runs its scalar kernels here already: there is no other path to hold it to")
     second = wb.cpu_capability(Path(sys.executable), wb.other_fp_path_environment(native, first))
     assert first and second and second != first, (first, second)
+
+
+def test_lab_runs_jupyterlab_with_the_save_hook_that_keeps_lessons_as_they_are(wb):
+    from seqlab.viz.nbstate import LAB_SAVE_HOOK
+
+    assert LAB_SAVE_HOOK in wb.LAB_ARGS

@@ -37,6 +37,8 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
+from seqlab.viz.nbstate import LAB_SAVE_HOOK
+
 TOUR = REPO / "notebooks" / "00_welcome.ipynb"
 FIRST_OPEN = "first_open.ipynb"     # the committed tour, opened without running it
 ARTIFACTS = REPO / "test-artifacts"
@@ -152,7 +154,8 @@ def lab(tmp_path_factory, chromium_executable):
     log = open(root / "jupyterlab.log", "w")
     cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
            f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-           f"--ServerApp.root_dir={notebooks}", "--LabApp.expose_app_in_browser=True"]
+           f"--ServerApp.root_dir={notebooks}", "--LabApp.expose_app_in_browser=True",
+           LAB_SAVE_HOOK]
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # CI containers run as root
         cmd.append("--allow-root")
     proc = subprocess.Popen(cmd, cwd=notebooks, env=env, stdout=log, stderr=subprocess.STDOUT)

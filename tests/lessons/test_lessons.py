@@ -93,3 +93,70 @@ def test_nbval_leaves_plotly_figures_out_and_still_compares_text(tmp_path):
                           timeout=300)
     assert re.search(r"1 failed, 1 passed", done.stdout), done.stdout[-3000:]
     assert "Cell 1" in done.stdout and "2.5" in done.stdout
+
+
+# ------------------------------------------------------------------ saved from JupyterLab (seqlab.viz.nbstate)
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+def _as_jupyterlab_saves(nb: dict) -> dict:
+    """The notebook JupyterLab's autosave sends once the widget manager has restored its saved widgets: numbers
+    as JavaScript writes them (``1.0`` becomes ``1``) and a widget state with none of the restored models."""
+    def js_number(text: str):
+        value = float(text)
+        return int(value) if value.is_integer() else value
+
+    sent = json.loads(json.dumps(nb), parse_float=js_number)
+    sent["metadata"]["widgets"] = {WIDGET_STATE: {"state": {}, "version_major": 2, "version_minor": 0}}
+    return sent
+
+
+def _contents_manager(root, monkeypatch, hook: bool):
+    from jupyter_server.services.contents.filemanager import FileContentsManager
+
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(root / "data"))      # the notary's database, not the user's
+    hooks = {"pre_save_hook": "seqlab.viz.nbstate.keep_saved_widgets"} if hook else {}
+    return FileContentsManager(root_dir=str(root / "nb"), **hooks)
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_an_untouched_lesson_saved_from_jupyterlab_stays_byte_identical(path, tmp_path, monkeypatch):
+    (tmp_path / "nb").mkdir()
+    shutil.copy(path, tmp_path / "nb" / path.name)
+    sent = _as_jupyterlab_saves(json.loads(path.read_text(encoding="utf-8")))
+    _contents_manager(tmp_path, monkeypatch, hook=True).save({"type": "notebook", "content": sent}, path.name)
+    assert (tmp_path / "nb" / path.name).read_bytes() == path.read_bytes()
+    if json.loads(path.read_text(encoding="utf-8"))["metadata"].get("widgets"):
+        # without the hook the same save loses the lesson's saved widgets (what the hook is for)
+        bare = _contents_manager(tmp_path, monkeypatch, hook=False)
+        bare.save({"type": "notebook", "content": _as_jupyterlab_saves(json.loads(path.read_text()))}, path.name)
+        assert not json.loads((tmp_path / "nb" / path.name).read_text())["metadata"]["widgets"][WIDGET_STATE]["state"]
+
+
+def test_an_edited_lesson_keeps_the_saved_widgets_its_outputs_show(tmp_path, monkeypatch):
+    """A learner's change is saved; every saved widget model an output still shows (and what it refers to) is
+    kept, the models of outputs the learner cleared are not."""
+    from seqlab.viz.nbstate import VIEW_KEY
+
+    path = REPO / "notebooks" / "04_additive_vs_multiplicative_decay.ipynb"
+    (tmp_path / "nb").mkdir()
+    shutil.copy(path, tmp_path / "nb" / path.name)
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    saved = nb["metadata"]["widgets"][WIDGET_STATE]["state"]
+    shown = [i for i, c in enumerate(nb["cells"]) if any(VIEW_KEY in o.get("data", {}) for o in c.get("outputs", []))]
+    assert len(shown) >= 2
+    sent = _as_jupyterlab_saves(nb)
+    sent["cells"][0]["source"] = "# my notes\n" + "".join(sent["cells"][0]["source"])
+    cleared = sent["cells"][shown[0]]
+    cleared["outputs"], cleared["execution_count"] = [], None
+    _contents_manager(tmp_path, monkeypatch, hook=True).save({"type": "notebook", "content": sent}, path.name)
+    back = json.loads((tmp_path / "nb" / path.name).read_text())
+    assert back["cells"][0]["source"][0] == "# my notes\n"
+    kept = back["metadata"]["widgets"][WIDGET_STATE]["state"]
+    assert kept and set(kept) < set(saved)
+    for i in shown[1:]:
+        for out in back["cells"][i]["outputs"]:
+            if VIEW_KEY in out.get("data", {}):
+                assert out["data"][VIEW_KEY]["model_id"] in kept
+    refs = re.findall(r"IPY_MODEL_([0-9a-f]{32})", json.dumps(kept))
+    assert set(refs) <= set(kept), "every model a kept model refers to is kept"
