@@ -23,6 +23,9 @@ def test_lesson_file(path):
     text = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
     where = text if path.name.startswith("00") else head        # lesson 00 has the whole bibliography
     assert "arxiv.org/abs/" in where or "openreview.net/forum" in where, "the papers are linked"
+    every = "".join("".join(c["source"]) for c in nb["cells"])
+    outside = sorted(set(re.findall(r"\b(?:papers|shared)/\S*", every)))
+    assert not outside, f"{path.name} names paths the repository does not hold: {outside}"
     assert path.stat().st_size < 1.5e6, f"{path.name} is {path.stat().st_size / 1e6:.2f} MB"
     figures = [o["data"] for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])
                if "application/vnd.plotly.v1+json" in o.get("data", {})]
