@@ -175,8 +175,9 @@ def cmd_train(args) -> int:
     model = models.build(args.model, vocab_size=task.vocab_size, num_classes=task.num_classes,
                          seq_len=task.seq_len, **model_cfg)
     device = config.device(args.device)
+    kind = "a language model" if task.num_classes is None else f"{task.num_classes} classes"
     print(f"model {args.model} ({models.count_parameters(model):,} parameters) on task {args.task} "
-          f"(seq_len {task.seq_len}, vocab {task.vocab_size}, classes {task.num_classes}); device {device}")
+          f"(seq_len {task.seq_len}, vocab {task.vocab_size}, {kind}); device {device}")
     if args.resume and args.checkpoint and not os.path.exists(args.checkpoint):
         print(f"no checkpoint at {args.checkpoint}: starting fresh")    # a resumed run says so as it reads the file
     every = args.print_every or max(1, args.steps // 10)
@@ -196,7 +197,9 @@ def train_config(args, model_config: dict, task_config: dict, device):
     from seqlab.train_config import TrainConfig
 
     given = {name: getattr(args, name) for name in TrainConfig.fields() if hasattr(args, name)}
-    return TrainConfig(**{**given, "device": device, "progress": not args.no_progress, "model": args.model,
+    # a bar where a terminal shows it; piped to a file, the printed lines alone (no bar fragments)
+    progress = not args.no_progress and sys.stderr.isatty()
+    return TrainConfig(**{**given, "device": device, "progress": progress, "model": args.model,
                           "model_config": model_config, "task": args.task, "task_config": dict(task_config)})
 
 

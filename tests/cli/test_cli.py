@@ -39,6 +39,18 @@ def test_cli_trains_and_resumes_in_a_subprocess(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
 
 
+def test_piped_to_a_file_train_prints_plain_lines_and_a_clean_header():
+    """Not a terminal: no progress-bar fragments (carriage returns, ``it/s``), the step lines alone; a language-model
+    task's header says so instead of ``classes None``."""
+    out = run_cli("train", "--model", "transformer", "--task", "copying", "--steps", "4", "--batch-size", "8",
+                  "--lr", "1e-2", "--print-every", "2", *TINY)
+    assert out.returncode == 0, out.stderr
+    assert "\r" not in out.stdout + out.stderr and "it/s" not in out.stderr, out.stderr
+    assert "classes None" not in out.stdout and "a language model" in out.stdout.splitlines()[0]
+    assert [line.split("|")[0].strip() for line in out.stdout.splitlines() if line.startswith("step")] == \
+        ["step      2", "step      4", "step      4"]
+
+
 def test_same_seed_same_run_bit_for_bit(capsys):
     """--seed fixes the initial weights as well as the batches: two runs print the same losses."""
     args = ["train", "--model", "lightnet", "--task", "copying", "--steps", "6", "--batch-size", "8", "--lr", "1e-2",
