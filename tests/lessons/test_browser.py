@@ -22,6 +22,7 @@ learner's settings neither affect the test nor are changed by it.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -115,14 +116,17 @@ def _stripped_copy(src: Path, dst: Path) -> None:
     nbformat.write(nb, dst)
 
 
-def _user_settings(root: Path) -> dict:
-    """A fresh JupyterLab user-settings folder: all cells attached to the DOM, no news."""
+def _user_settings(root: Path, autosave_s: int = 120) -> dict:
+    """A fresh JupyterLab user-settings folder: all cells attached to the DOM, no news, widget state saved (as
+    for learners) and autosave every ``autosave_s`` seconds (JupyterLab's default: 120)."""
     settings = root / "user-settings"
     files = {
         "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
         "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
                                                                             "checkForUpdates": False},
         "@jupyter-widgets/jupyterlab-manager/plugin.jupyterlab-settings": {"saveState": True},
+        "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": True,
+                                                                         "autosaveInterval": autosave_s},
     }
     for rel, value in files.items():
         (settings / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -132,30 +136,22 @@ def _user_settings(root: Path) -> dict:
     return {"JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTERLAB_WORKSPACES_DIR": str(workspaces)}
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory, chromium_executable):
-    """A JupyterLab server on 127.0.0.1 serving a stripped copy of the tour: yields (base_url, token)."""
-    if not TOUR.exists():
-        pytest.fail(f"{TOUR} is missing")
+@contextlib.contextmanager
+def _jupyterlab(root: Path, notebooks: Path, trusted: list[Path], autosave_s: int = 120):
+    """JupyterLab on 127.0.0.1 serving ``notebooks`` as ``workbench.py lab`` runs it (its save hook; ``trusted``
+    trusted as the lessons it copies are, in the test's own notary database): yields (base_url, token)."""
     write_lab_overrides()
-    root = tmp_path_factory.mktemp("lab")
-    notebooks = root / "notebooks"
-    notebooks.mkdir()
-    _stripped_copy(TOUR, notebooks / TOUR.name)
     token, port = secrets.token_hex(16), _free_port()
-    env = {**os.environ, **_user_settings(root), "SEQLAB_PROFILE": "quick", "PYTHONUNBUFFERED": "1",
+    env = {**os.environ, **_user_settings(root, autosave_s), "SEQLAB_PROFILE": "quick", "PYTHONUNBUFFERED": "1",
            "JUPYTER_RUNTIME_DIR": str(root / "runtime"), "JUPYTER_DATA_DIR": str(root / "data")}
-    # the tour as committed, trusted as `workbench.py lab` trusts the lessons it copies (the test's own
-    # notary database, in JUPYTER_DATA_DIR): opened without running, its saved widgets must render
-    shutil.copy(TOUR, notebooks / FIRST_OPEN)
-    subprocess.run([sys.executable, "-m", "jupyter", "trust", str(notebooks / FIRST_OPEN)], env=env, check=True,
-                   capture_output=True)
+    if trusted:
+        subprocess.run([sys.executable, "-m", "jupyter", "trust", *map(str, trusted)], env=env, check=True,
+                       capture_output=True)
     env.pop("JUPYTER_TOKEN", None)
     log = open(root / "jupyterlab.log", "w")
     cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
            f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-           f"--ServerApp.root_dir={notebooks}", "--LabApp.expose_app_in_browser=True",
-           LAB_SAVE_HOOK]
+           f"--ServerApp.root_dir={notebooks}", "--LabApp.expose_app_in_browser=True", LAB_SAVE_HOOK]
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # CI containers run as root
         cmd.append("--allow-root")
     proc = subprocess.Popen(cmd, cwd=notebooks, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -185,7 +181,22 @@ def lab(tmp_path_factory, chromium_executable):
             proc.wait()
         log.close()
         ARTIFACTS.mkdir(exist_ok=True)
-        shutil.copy(root / "jupyterlab.log", ARTIFACTS / "jupyterlab.log")
+        shutil.copy(root / "jupyterlab.log", ARTIFACTS / f"jupyterlab-{root.name}.log")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, chromium_executable):
+    """A JupyterLab server serving a stripped copy of the tour and the tour as committed: yields (base_url, token)."""
+    if not TOUR.exists():
+        pytest.fail(f"{TOUR} is missing")
+    root = tmp_path_factory.mktemp("lab")
+    notebooks = root / "notebooks"
+    notebooks.mkdir()
+    _stripped_copy(TOUR, notebooks / TOUR.name)
+    # the tour as committed, trusted: opened without running, its saved widgets must render
+    shutil.copy(TOUR, notebooks / FIRST_OPEN)
+    with _jupyterlab(root, notebooks, [notebooks / FIRST_OPEN]) as server:
+        yield server
 
 
 # ----------------------------------------------------------------------------- page helpers
@@ -328,6 +339,70 @@ def test_a_lesson_opens_with_its_widgets_rendered(lab, page):
     as_text = [t[:200] for t in texts if "interactive(children=" in t or "0%|" in t]   # the text fallbacks
     assert not as_text, f"widgets shown as text: {as_text}"
     _screenshot(page, "first-open-widget.png")
+
+
+# ----------------------------------------------------------------------------- every lesson, opened as it is
+LESSONS = sorted((REPO / "notebooks").glob("0*.ipynb"))
+AUTOSAVE_S = 3            # JupyterLab's autosave interval in this server (the default is 120 s)
+OPEN_WAIT_S = 15          # a lesson left open: its kernel started, its widgets restored, several autosaves past
+OPENS = 2                 # the first open, then the lesson opened again
+
+
+@pytest.fixture(scope="module")
+def lessons_lab(tmp_path_factory, chromium_executable):
+    """Every lesson as committed, trusted (``workbench.py lab`` trusts the lessons it copies), autosave every
+    :data:`AUTOSAVE_S` s: yields (base_url, token, folder)."""
+    root = tmp_path_factory.mktemp("lessons")
+    folder = root / "my_notebooks"
+    folder.mkdir()
+    for lesson in LESSONS:
+        shutil.copy(lesson, folder / lesson.name)
+    with _jupyterlab(root, folder, sorted(folder.glob("*.ipynb")), autosave_s=AUTOSAVE_S) as (base, token):
+        yield base, token, folder
+
+
+def _widget_views(path: Path) -> int:
+    """Widget outputs a lesson's cells show (its saved widgets render there on open)."""
+    from seqlab.viz.nbstate import VIEW_KEY
+
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return sum(VIEW_KEY in out.get("data", {}) for cell in nb["cells"] for out in cell.get("outputs", []))
+
+
+def _shut_down_kernels(base: str, token: str) -> None:
+    with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as r:
+        sessions = json.loads(r.read())
+    for session in sessions:
+        request = urllib.request.Request(f"{base}/api/sessions/{session['id']}?token={token}", method="DELETE")
+        urllib.request.urlopen(request, timeout=10).close()
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.stem[:2])
+def test_opening_a_lesson_never_changes_it_and_its_widgets_render_again(lessons_lab, page, lesson):
+    """A lesson opened and left open (autosave every few seconds, widget state saved, as for learners) stays
+    byte-identical on disk, and opened again its saved widgets are drawn.
+
+    Not asserted: that no widget says "Error displaying widget: model not found". ipywidgets' JupyterLab manager
+    (jupyterlab-widgets 3.0.17) sets its "restored" flag from a restore that reads only the new kernel while the
+    restore of the notebook's saved models is still running, and a view that asks for a model not registered
+    within 2 s then gives up; which views lose that race changes from one open to the next."""
+    base, token, folder = lessons_lab
+    path, views = folder / lesson.name, _widget_views(lesson)
+    page.set_default_timeout(60_000)
+    try:
+        for attempt in range(OPENS):
+            page.goto(f"{base}/lab/tree/{lesson.name}?token={token}&reset")
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=SERVER_START_S * 1000)
+            _wait_kernel_idle(page, 90)
+            page.wait_for_timeout((OPEN_WAIT_S if attempt == 0 else 2 * AUTOSAVE_S) * 1000)
+            assert path.read_bytes() == lesson.read_bytes(), f"{lesson.name} changed on disk after open {attempt + 1}"
+        drawn = page.locator(".jp-OutputArea-output .jupyter-widgets:not(:has-text('Error displaying widget'))")
+        assert (drawn.count() > 0) == (views > 0), f"{drawn.count()} widgets drawn on reopening, {views} saved"
+    except BaseException:
+        _screenshot(page, f"open-{lesson.stem[:2]}.png")
+        raise
+    finally:
+        _shut_down_kernels(base, token)
 
 
 # ----------------------------------------------------------------------------- the static book, offline
