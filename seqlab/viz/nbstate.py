@@ -19,7 +19,8 @@ interactive figure, the others show the picture. nbval does not compare PNGs, so
 Saving from JupyterLab. With "Save Widget State Automatically" on, ipywidgets' JupyterLab manager marks a
 notebook modified as soon as it restores the widgets saved in it (every restored model is "registered"), and
 the state it then saves holds only the models its kernel made: an untouched lesson left open is autosaved with
-its saved widgets gone (ipywidgets issue 3888), and JavaScript writes ``1.0`` as ``1``. ``workbench.py lab``
+its saved widgets gone (reported to ipywidgets as "Reopening and saving a notebook with a stored widget
+state will delete that state"), and JavaScript writes ``1.0`` as ``1``. ``workbench.py lab``
 runs JupyterLab with :func:`keep_saved_widgets` as its contents manager's pre-save hook: a save that changes
 nothing but the widget state (and the spelling of numbers) writes the file as it was, byte for byte; any other
 save keeps every saved widget model that an output still shows.
