@@ -18,6 +18,7 @@ torchrun's rendezvous).
 """
 from __future__ import annotations
 
+import atexit
 import os
 
 import torch
@@ -39,7 +40,17 @@ def setup(device: torch.device) -> tuple[int, int, torch.device]:
         torch.cuda.set_device(device)
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        # left to the interpreter's exit, the group's threads can still run as the process ends, and C++ aborts
+        # it ("terminate called without an active exception") after the run has finished
+        atexit.register(_leave_group)
     return dist.get_rank(), dist.get_world_size(), device
+
+
+def _leave_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def rank_world() -> tuple[int, int]:
