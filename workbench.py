@@ -5,7 +5,7 @@
     python workbench.py lab --reset 02   # put lesson 02 back as committed
     python workbench.py test    # every test, the lessons included (what CI runs)
     python workbench.py execute notebooks/02_linear_recurrence.ipynb   # re-run a lesson, save its outputs
-    python workbench.py book    # the lessons as a static site in build/book/ (open build/book/index.html)
+    python workbench.py book    # the lessons as a book in build/book/ (open build/book/index.html)
     python workbench.py gpu-check   # on a CUDA machine: kernels, lessons, GPU benchmarks, configs/ timed
     python workbench.py lock    # refresh requirements.lock from pyproject.toml (then re-execute the lessons)
 
@@ -356,8 +356,9 @@ def set_kernel_name(path: Path) -> None:
 
 
 def book(args: list[str]) -> int:
-    """The lessons as a static site in ``build/book/`` (``seqlab.book``): read them without installing."""
-    py = ensure_environment()     # MathJax for the pages comes with the dev extra
+    """The lessons as a book in ``build/book/`` (``seqlab.book``: Sphinx, MyST-NB, sphinx-book-theme): read them
+    without installing."""
+    py = ensure_environment()     # Sphinx and MathJax 3 come with the dev extra, in the lock
     return subprocess.call([str(py), "-m", "seqlab.book", *args], cwd=ROOT)
 
 

@@ -1,11 +1,13 @@
-"""The lessons as a static site that reads without installing anything: ``python3 workbench.py book``
-(or ``python -m seqlab.book``) writes ``build/book/``: ``index.html`` (the lessons and the papers) and one
-``NN_name.html`` per lesson, from the committed notebooks and their outputs.
+"""The lessons as a book that reads like a course, without installing anything: ``python3 workbench.py book``
+(or ``python -m seqlab.book``) builds ``build/book/`` from the committed lessons and their outputs, with the
+Jupyter Book 1 stack: Sphinx, MyST-NB (which reads the notebooks without running them) and the
+sphinx-book-theme. The site has a sidebar with every lesson and its sections, previous / next at the foot of
+each page, the links between lessons pointing at the built pages, an offline full-text search (``search.html``),
+a front page with each lesson's one-line summary and the references, and the long source listings folded.
+Everything it needs ships in the site; nothing is fetched from a network: MathJax 3 and its fonts from
+``sphinx-mathjax-offline``, ``plotly.min.js`` from plotly.
 
-Pages are made by nbconvert's HTML exporter (the ``lab`` template). Everything they need ships once in
-the site, from installed packages, and nothing is fetched from a network: ``plotly.min.js`` from plotly,
-MathJax 2 from ``jupyter-server-mathjax``. Two output kinds nbconvert cannot draw offline are rewritten
-first, by :class:`StaticOutputs`:
+Two output kinds MyST-NB cannot draw offline are rewritten first, by :class:`StaticOutputs`:
 
 - a plotly figure (``application/vnd.plotly.v1+json``) becomes plotly's own HTML (a ``div`` and a
   ``Plotly.newPlot`` call, ``plotly.io.to_html``): drawn and interactive;
@@ -21,13 +23,32 @@ import json
 import shutil
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PLOTLY = "application/vnd.plotly.v1+json"
 WIDGET = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"
+FOLD_LINES = 25      # a printed output longer than this is folded in the book (fold_long_listings)
+
+# Each lesson in one line, for the book's front page (the README's table says more).
+SUMMARIES = {
+    "00": "The tour: what this machine gives you, every family as one recurrence, a Transformer and a Linear "
+          "Transformer raced live.",
+    "01": "From Deep Sets to Causal Relation Networks: how `exp` makes an all-MLP mixer linear-time, and a memory "
+          "that copies.",
+    "02": "A linear RNN unrolled into a sum of powers; the stable complex parameterisation; every linear recurrence "
+          "as $c_{ts} = g_s / g_t$; the parallel scan.",
+    "03": "The Feature-Sequence Twist block built step by step, and trained against an LRNN and a Transformer.",
+    "04": "LightNet: linear attention with decay, Theorem 3.1, and why additive decay needs one scan where "
+          "multiplicative decay needs two.",
+    "05": "GateLoop: data-controlled linear recurrence as a recurrence, an associative scan and a surrogate "
+          "attention; what the gates learn.",
+    "06": "Train in parallel, decode as a recurrence: every family's state, checked step by step, and what it "
+          "costs.",
+    "07": "The arena: seven families on eight memory tasks at one parameter budget, and which model for what.",
+}
 
 # The papers, as the README's references table lists them.
 REFERENCES = [
@@ -72,8 +93,9 @@ class StaticOutputs:
         import plotly.io as pio
 
         self.figures += 1
-        # the first figure of a page loads plotly.js from the site's folder, the others reuse it
-        return pio.to_html(spec, full_html=False, include_plotlyjs="directory" if self.figures == 1 else False,
+        # the first figure of a page loads plotly.js from the site's _static folder, the others reuse it
+        first = self.figures == 1
+        return pio.to_html(spec, full_html=False, include_plotlyjs="_static/plotly.min.js" if first else False,
                            div_id=f"figure-{self.figures}", config={"responsive": True})
 
     def outputs_html(self, outputs: list) -> str:
@@ -147,75 +169,128 @@ def lesson_title(nb) -> str:
     return ""
 
 
-# nbconvert's lab template with its two network loads removed: require.js (needed only by widget managers,
-# which a still does not use) and mermaid.js (no lesson draws a mermaid diagram).
-_TEMPLATE = {
-    "conf.json": json.dumps({"base_template": "lab", "mimetypes": {"text/html": True}}),
-    "index.html.j2": "{%- extends 'lab/index.html.j2' -%}\n"
-                     "{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}\n"
-                     "{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}\n",
+def fold_long_listings(nb, max_lines: int = FOLD_LINES) -> int:
+    """Tag ``hide-output`` on every code cell whose printed text runs past ``max_lines`` lines (the source
+    listings a lesson prints with ``inspect.getsource``): the book shows them folded, one click to open.
+    Returns how many cells were tagged."""
+    folded = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        lines = sum(len(_text(o.get("text", o.get("data", {}).get("text/plain", ""))).splitlines())
+                    for o in cell.outputs if "text/html" not in o.get("data", {}))
+        if lines > max_lines:
+            tags = cell.metadata.setdefault("tags", [])
+            if "hide-output" not in tags:
+                tags.append("hide-output")
+            folded += 1
+    return folded
+
+
+def _index_page(lessons: list[tuple[str, str]]) -> str:
+    """The front page (MyST markdown): each lesson with its one-line summary, the references, and the
+    table of contents that makes the sidebar and the previous / next links."""
+    missing = [name for name, _ in lessons if name[:2] not in SUMMARIES]
+    if missing:
+        raise ValueError(f"SUMMARIES has no one-line summary for {missing}: add one in seqlab/book.py")
+    rows = "\n".join(f"| [{title}]({name}.ipynb) | {SUMMARIES[name[:2]]} |" for name, title in lessons)
+    refs = "\n".join(f"| {n} | *{title}* | {authors} | {year or '—'} | " + (f"<{url}>" if url else "—") + " |"
+                     for n, title, authors, year, url in REFERENCES)
+    toc = "\n".join(name for name, _ in lessons)
+    return (
+        "# seqlab: linear-time sequence models, derived, checked and trained\n\n"
+        "Each lesson derives a paper's equations, checks every step numerically, trains a small model and shows "
+        "what it learned. This book is the lessons as they were last run (quick profile, on a CPU), with every "
+        "output kept: figures are interactive (zoom, hover), widgets show their default view. To move a widget or "
+        "run a cell, open the lesson in JupyterLab: `python3 workbench.py lab`.\n\n"
+        "## The lessons\n\n| lesson | what it teaches |\n|---|---|\n" + rows + "\n\n"
+        "## References\n\nThe lessons cite the papers by these numbers.\n\n"
+        "| # | paper | authors | year | where |\n|---|---|---|---|---|\n" + refs + "\n\n"
+        "```{toctree}\n:hidden:\n:maxdepth: 2\n\n" + toc + "\n```\n"
+    )
+
+
+# Sphinx's configuration (conf.py of the staged sources): MyST-NB reads the committed lessons without running
+# them; sphinx-mathjax-offline ships MathJax 3 and its fonts in _static/mathjax.
+CONF = {
+    "project": "seqlab",
+    "author": "the seqlab authors",
+    "extensions": ["myst_nb", "sphinx-mathjax-offline"],
+    "exclude_patterns": ["_build", "**.ipynb_checkpoints"],
+    "nb_execution_mode": "off",
+    "nb_output_stderr": "remove",
+    "myst_enable_extensions": ["dollarmath", "amsmath"],
+    "myst_heading_anchors": 3,
+    "mathjax_path": "mathjax/tex-chtml.js",
+    "html_theme": "sphinx_book_theme",
+    "html_title": "seqlab",
+    "html_static_path": ["_static"],
+    "html_copy_source": False,      # the staged copies are not the lessons: download those from the repository
+    "html_show_sourcelink": False,
+    "html_show_search_summary": False,   # a summary is fetched from the page: refused on file:// (CORS)
+    "html_theme_options": {"home_page_in_toc": True, "show_navbar_depth": 1, "show_toc_level": 2,
+                           "use_download_button": False, "use_fullscreen_button": False},
+    "suppress_warnings": ["myst.header"],   # the lessons number their own sections (## 1., ### a.)
 }
 
 
-def _exporter(template_dir: Path):
-    from nbconvert import HTMLExporter
-
-    folder = template_dir / "seqlab_book"
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, text in _TEMPLATE.items():
-        (folder / name).write_text(text)
-    return HTMLExporter(template_name="seqlab_book", extra_template_basedirs=[str(template_dir)],
-                        mathjax_url=f"mathjax/MathJax.js?config={MATHJAX_CONFIG}")
-
-
-def _index(lessons: list[tuple[str, str]]):
-    """The front page as a notebook of markdown cells, exported like the lessons."""
-    import nbformat
-
-    rows = "\n".join(f"| [{title}]({page}) |" for page, title in lessons)
-    refs = "\n".join(f"| {n} | {title} | {authors} | {year or '—'} | " + (f"[{url}]({url})" if url else "—") + " |"
-                     for n, title, authors, year, url in REFERENCES)
-    cells = [
-        "# seqlab: linear-time sequence models, derived, checked and trained\n\n"
-        "The lessons as they were last run (quick profile, on a CPU), with every figure drawn. Figures are "
-        "interactive (zoom, hover); widgets show their default view: to move them, open the lesson in "
-        "JupyterLab (`python3 workbench.py lab`).",
-        "## Lessons\n\n| lesson |\n|---|\n" + rows,
-        "## References\n\n| # | paper | authors | year | where |\n|---|---|---|---|---|\n" + refs,
-    ]
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(c) for c in cells])
-    nb.metadata["title"] = "seqlab"
-    return nb
-
-
-def build(out: Path = ROOT / "build" / "book", notebooks: Path = ROOT / "notebooks") -> list[Path]:
-    """Write the site to ``out`` and return the pages written."""
+def _stage(notebooks: Path, src: Path) -> list[tuple[str, str]]:
+    """Sphinx's source folder: the lessons with their figures and widgets rewritten (StaticOutputs) and their
+    long listings folded, the front page, conf.py and plotly.js. Returns (name, title) per lesson."""
     import nbformat
     import plotly
-    import jupyter_server_mathjax
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.copy(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", out / "plotly.min.js")
-    mathjax = Path(jupyter_server_mathjax.__file__).parent / "static"
-    shutil.copytree(mathjax, out / "mathjax", dirs_exist_ok=True)
-    templates = tempfile.TemporaryDirectory()
-    exporter, pages, lessons = _exporter(Path(templates.name)), [], []
+    lessons = []
+    (src / "_static").mkdir(parents=True)
+    shutil.copy(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", src / "_static" / "plotly.min.js")
     for path in sorted(Path(notebooks).glob("[0-9][0-9]_*.ipynb")):
         nb = nbformat.read(path, as_version=4)
-        title = lesson_title(nb)
         StaticOutputs(nb).rewrite(nb)
-        nb.metadata["title"] = title
-        body, _ = exporter.from_notebook_node(nb)
-        page = out / f"{path.stem}.html"
-        page.write_text(body, encoding="utf-8")
-        pages.append(page)
-        lessons.append((page.name, title))
-    body, _ = exporter.from_notebook_node(_index(lessons))
-    index = out / "index.html"
-    index.write_text(body, encoding="utf-8")
-    templates.cleanup()
-    return [index, *pages]
+        fold_long_listings(nb)
+        nbformat.write(nb, src / path.name)
+        lessons.append((path.stem, lesson_title(nb)))
+    if not lessons:
+        raise FileNotFoundError(f"no lesson (NN_name.ipynb) in {notebooks}")
+    (src / "index.md").write_text(_index_page(lessons), encoding="utf-8")
+    (src / "conf.py").write_text("".join(f"{k} = {v!r}\n" for k, v in CONF.items()), encoding="utf-8")
+    return lessons
+
+
+def _clear(out: Path) -> None:
+    """Empty ``out`` when it holds an earlier book; refuse to touch any other folder."""
+    if not out.exists() or not any(out.iterdir()):
+        return
+    if not ((out / ".buildinfo").exists() or (out / "index.html").exists()):
+        raise FileExistsError(f"--out {out} is a folder with files that are not a book (no index.html): "
+                              "give an empty or new folder")
+    shutil.rmtree(out)
+
+
+class BookWarnings(RuntimeError):
+    """Sphinx warned while building the book (a broken link between lessons, a bad equation, ...)."""
+
+
+def build(out: Path = ROOT / "build" / "book", notebooks: Path = ROOT / "notebooks", quiet: bool = False) -> list[Path]:
+    """Build the book into ``out`` and return its front page and its lesson pages. Any Sphinx warning fails
+    the build (:class:`BookWarnings`, every warning listed)."""
+    import io
+
+    from sphinx.application import Sphinx
+
+    out = Path(out).resolve()
+    _clear(out)
+    with tempfile.TemporaryDirectory(prefix="seqlab-book-") as tmp:
+        src = Path(tmp) / "src"
+        lessons = _stage(notebooks, src)
+        said = io.StringIO()
+        with warnings.catch_warnings():     # the theme's and MyST's use of APIs Sphinx 11 will remove: theirs
+            warnings.filterwarnings("ignore", message=".* is deprecated. Check CHANGES for Sphinx API")
+            app = Sphinx(str(src), str(src), str(out), str(Path(tmp) / "doctrees"), "html",
+                         status=None if quiet else sys.stdout, warning=said, freshenv=True)
+            app.build()
+    if said.getvalue().strip():
+        raise BookWarnings("the book built with warnings:\n" + said.getvalue())
+    return [out / "index.html", *(out / f"{name}.html" for name, _ in lessons)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,8 +298,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "book")
     parser.add_argument("--notebooks", type=Path, default=ROOT / "notebooks")
     args = parser.parse_args(argv)
-    pages = build(args.out, args.notebooks)
-    print(f"wrote {len(pages)} pages to {args.out} (open {args.out / 'index.html'})")
+    try:
+        pages = build(args.out, args.notebooks)
+    except (BookWarnings, FileExistsError, FileNotFoundError, ValueError) as error:
+        print(f"book: {error}", file=sys.stderr)
+        return 1
+    print(f"wrote the book to {args.out}: {len(pages)} pages, a search page and the index "
+          f"(open {args.out / 'index.html'})")
     return 0
 
 

@@ -11,8 +11,8 @@ outputs), opens ``00_welcome.ipynb`` in headless Chromium, runs all cells, and a
 A screenshot of the figure and of the widget goes to ``test-artifacts/`` (git-ignored).
 
 Browser: ``/usr/bin/chromium`` (Debian's ``chromium`` package; ``SEQLAB_CHROMIUM`` overrides the
-path). Playwright never downloads a browser here. Without Chromium the test fails under CI (``CI``
-set) and is skipped elsewhere.
+path; the fixtures are in ``conftest.py``). Playwright never downloads a browser here. Without Chromium
+the test fails under CI (``CI`` set) and is skipped elsewhere.
 
 JupyterLab settings: the "news" toast (which would cover the notebook) is switched off in
 ``<sys.prefix>/share/jupyter/lab/settings/overrides.json`` (merged, never clobbered; the same file
@@ -43,44 +43,11 @@ from seqlab.viz.nbstate import LAB_SAVE_HOOK
 TOUR = REPO / "notebooks" / "00_welcome.ipynb"
 FIRST_OPEN = "first_open.ipynb"     # the committed tour, opened without running it
 ARTIFACTS = REPO / "test-artifacts"
-CHROMIUM = os.environ.get("SEQLAB_CHROMIUM", "/usr/bin/chromium")
-LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-               "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
 # The JupyterLab settings every learner gets (also written by workbench.py): no news toast.
 LAB_OVERRIDES = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False},
                  "@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True}}
 SERVER_START_S = 90       # JupyterLab up and answering
 RUN_ALL_S = 240           # every cell of the tour, quick profile, in the browser's kernel
-
-
-def _missing(reason: str):
-    if os.environ.get("CI"):
-        pytest.fail(f"browser test cannot run in CI: {reason}. Install it with `apt-get install -y chromium` "
-                    f"(.ci/run does this when it is missing).", pytrace=False)
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="session")
-def chromium_executable() -> str:
-    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
-        _missing(f"Chromium not found at {CHROMIUM}")
-    try:
-        import playwright  # noqa: F401
-    except ImportError:
-        _missing("playwright (pytest-playwright) is not installed; `pip install -e '.[dev]'`")
-    return CHROMIUM
-
-
-# pytest-playwright fixtures, pointed at Debian's Chromium (no browser download, no sandbox in containers).
-@pytest.fixture(scope="session")
-def browser_type_launch_args(browser_type_launch_args, chromium_executable):
-    return {**browser_type_launch_args, "executable_path": chromium_executable, "headless": True,
-            "args": LAUNCH_ARGS}
-
-
-@pytest.fixture(scope="session")
-def browser_context_args(browser_context_args):
-    return {**browser_context_args, "viewport": {"width": 1400, "height": 1000}}
 
 
 def write_lab_overrides(prefix: str | os.PathLike = sys.prefix) -> Path:
@@ -403,70 +370,3 @@ def test_opening_a_lesson_never_changes_it_and_its_widgets_render_again(lessons_
         raise
     finally:
         _shut_down_kernels(base, token)
-
-
-# ----------------------------------------------------------------------------- the static book, offline
-def _figures_in(nb_path: Path) -> int:
-    """Plotly figures a lesson's committed outputs hold, those inside saved widget outputs included."""
-    import nbformat
-
-    from seqlab.book import PLOTLY, WIDGET, WIDGET_STATE
-
-    nb = nbformat.read(nb_path, as_version=4)
-    state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
-
-    def widget(model_id: str) -> int:
-        model = state.get(model_id)
-        if model is None:
-            return 0
-        s = model["state"]
-        return (sum(widget(c.removeprefix("IPY_MODEL_")) for c in s.get("children", []))
-                + sum(count(o) for o in s.get("outputs", []) if model["model_name"] == "OutputModel"))
-
-    def count(out) -> int:
-        data = out.get("data", {})
-        return 1 if PLOTLY in data else widget(data[WIDGET]["model_id"]) if WIDGET in data else 0
-
-    return sum(count(o) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-
-
-@pytest.fixture(scope="module")
-def book(tmp_path_factory):
-    from seqlab.book import build
-
-    out = tmp_path_factory.mktemp("book")
-    return out, build(out)
-
-
-def test_book_reads_offline_with_every_figure_drawn(book, browser, chromium_executable):
-    """``workbench.py book``: every page opens from disk with the network off; every figure of the lesson is
-    drawn by the shipped plotly.js, every formula typeset by the shipped MathJax, nothing asks the network."""
-    out, pages = book
-    lessons = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    assert [p.name for p in pages] == ["index.html"] + [f"{p.stem}.html" for p in lessons]
-    context = browser.new_context(offline=True, viewport={"width": 1400, "height": 1000})
-    asked = []
-    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file://")
-                  else (asked.append(route.request.url), route.abort()))
-    page = context.new_page()
-    for path in pages:
-        page.goto(path.as_uri())
-        page.wait_for_function("() => window.MathJax && MathJax.Hub && MathJax.Hub.queue.pending === 0"
-                               " && MathJax.Hub.queue.running === 0", timeout=90_000)
-        text = page.inner_text("body")
-        assert "$$" not in text and "\\frac" not in text, f"{path.name}: raw TeX left on the page"
-        if path.name == "index.html":
-            assert page.locator("a[href='01_causal_relation_networks.html']").count() == 1
-            assert "arxiv.org/abs/2311.01927" in page.content()
-            continue
-        lesson = REPO / "notebooks" / f"{path.stem}.ipynb"
-        want = _figures_in(lesson)
-        assert want > 0, f"{lesson.name} has no figure"
-        page.wait_for_function(f"() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= {want}",
-                               timeout=60_000)
-        drawn = page.eval_on_selector_all(".js-plotly-plot", "els => els.filter(e => e.querySelector("
-                                          "'.main-svg') && e.getBoundingClientRect().height > 50).length")
-        assert drawn == want, f"{path.name}: {drawn} figures drawn, the lesson has {want}"
-    assert not asked, f"the book asked the network for {asked[:5]}"
-    _screenshot(page, "book-last-page.png")
-    context.close()

@@ -1,0 +1,199 @@
+"""``workbench.py book``: the lessons as a Sphinx book (MyST-NB, sphinx-book-theme), read from disk with the network
+off in Debian's Chromium (the fixtures are in ``conftest.py``).
+
+Checked on the built site: every local link and asset of every page resolves to a file of the site; every page
+loads with no failed request and no request off the disk (MathJax 3's fonts included); every equation is
+typeset by the shipped MathJax 3 and every figure drawn by the shipped plotly.js; the sidebar lists every
+lesson on every page; the search page finds a word of lesson 05; long listings are folded."""
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import nbformat
+import pytest
+from helpers import REPO
+
+from seqlab import book as seqlab_book
+
+LESSONS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+MATHJAX_FONTS = Path("_static/mathjax/output/chtml/fonts/woff-v2")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    out = tmp_path_factory.mktemp("book") / "book"
+    return out, seqlab_book.build(out, quiet=True)
+
+
+# ----------------------------------------------------------------------------- the site on disk
+class _Links(HTMLParser):
+    """Every ``href`` and ``src`` of a page."""
+
+    def __init__(self):
+        super().__init__()
+        self.targets: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.targets += [value for name, value in attrs if name in ("href", "src") and value]
+
+
+def _local_targets(page: Path) -> list[str]:
+    parser = _Links()
+    parser.feed(page.read_text(encoding="utf-8"))
+    return [t for t in parser.targets if not urlsplit(t).scheme and not t.startswith(("#", "//"))]
+
+
+def test_the_book_has_a_page_per_lesson_a_search_page_and_mathjax_3_with_its_fonts(site):
+    out, pages = site
+    assert [p.name for p in pages] == ["index.html"] + [f"{p.stem}.html" for p in LESSONS]
+    assert all(p.exists() for p in pages) and (out / "search.html").exists() and (out / "searchindex.js").exists()
+    fonts = sorted((out / MATHJAX_FONTS).glob("*.woff"))
+    assert len(fonts) >= 20 and "MathJax_Main-Regular.woff" in {f.name for f in fonts}
+    assert (out / "_static/mathjax/tex-chtml.js").exists()     # its version is read in the browser (MathJax.version)
+    index = (out / "index.html").read_text(encoding="utf-8")
+    for lesson in LESSONS:     # each lesson linked with its one-line summary
+        assert f'href="{lesson.stem}.html"' in index
+        assert seqlab_book.SUMMARIES[lesson.stem[:2]].split(":")[0].split("`")[0][:20] in index
+    for url in ("arxiv.org/abs/2406.16168", "openreview.net/forum?id=I1484gDBr4", "arxiv.org/abs/2311.01927"):
+        assert url in index, f"the references lack {url}"
+
+
+def test_every_local_link_of_the_book_resolves(site):
+    """Every link and asset a page names (lesson to lesson, previous / next, sidebar, scripts, styles, images)
+    is a file of the site; no page points at a notebook."""
+    out, _ = site
+    missing, pages = [], sorted(out.glob("*.html"))     # the pages (_static holds templates the theme ships)
+    for page in pages:
+        for target in _local_targets(page):
+            path = unquote(urlsplit(target).path)
+            if not path:
+                continue
+            assert not path.endswith(".ipynb"), f"{page.name} links to a notebook: {target}"
+            if not (page.parent / path).exists():
+                missing.append(f"{page.relative_to(out)} -> {target}")
+    assert len(pages) > len(LESSONS)
+    assert not missing, f"{len(missing)} dead links, e.g. {missing[:10]}"
+
+
+def test_lessons_link_to_each_other_as_built_pages(site):
+    out, _ = site
+    for lesson in LESSONS[1:-1]:
+        body = (out / f"{lesson.stem}.html").read_text(encoding="utf-8")
+        linked = {t for t in _local_targets(out / f"{lesson.stem}.html") if re.fullmatch(r"0\d_\w+\.html(#.*)?", t)}
+        assert len(linked) >= 2, f"{lesson.name}: links to other lessons {linked}"
+        assert 'class="prev-next-area"' in body or "prev-next" in body, f"{lesson.name} has no previous / next"
+
+
+def test_long_listings_are_folded_in_the_book():
+    """A printed source listing (``inspect.getsource``) is tagged ``hide-output``; short outputs are not."""
+    folded = {}
+    for lesson in LESSONS:
+        nb = nbformat.read(lesson, as_version=4)
+        folded[lesson.stem[:2]] = seqlab_book.fold_long_listings(nb)
+        for cell in nb.cells:
+            if cell.cell_type == "code" and "getsource" in cell.source and cell.outputs:
+                assert "hide-output" in cell.metadata.get("tags", []), f"{lesson.name}: a listing left open"
+    assert all(folded[n] >= 1 for n in ("01", "02", "03", "04", "05")), folded
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)", outputs=[
+        nbformat.v4.new_output("stream", name="stdout", text="1\n")])])
+    assert seqlab_book.fold_long_listings(nb) == 0 and "tags" not in nb.cells[0].metadata
+
+
+def test_the_book_refuses_to_overwrite_a_folder_that_is_not_a_book(tmp_path):
+    (tmp_path / "mine.txt").write_text("keep me")
+    with pytest.raises(FileExistsError, match="not a book"):
+        seqlab_book.build(tmp_path, quiet=True)
+    assert (tmp_path / "mine.txt").read_text() == "keep me"
+
+
+def test_every_lesson_has_a_one_line_summary_for_the_front_page():
+    assert sorted(seqlab_book.SUMMARIES) == sorted(p.stem[:2] for p in LESSONS)
+
+
+# ----------------------------------------------------------------------------- the site in a browser, offline
+MATH_DONE_JS = "() => window.MathJax && MathJax.startup && MathJax.startup.promise && MathJax.startup.document"
+
+
+@pytest.fixture(scope="module")
+def offline_page(browser, chromium_executable):
+    """A page in a context with the network off; what it asks off the disk and what fails are recorded."""
+    context = browser.new_context(offline=True, viewport={"width": 1400, "height": 1000})
+    asked, failed, fonts = [], [], []
+    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file://")
+                  else (asked.append(route.request.url), route.abort()))
+    page = context.new_page()
+    page.on("requestfailed", lambda r: failed.append(r.url))
+    page.on("requestfinished", lambda r: fonts.append(r.url) if r.url.endswith(".woff") else None)
+    yield page, asked, failed, fonts
+    context.close()
+
+
+def _typeset(page) -> None:
+    page.wait_for_function(MATH_DONE_JS, timeout=60_000)
+    page.evaluate("() => MathJax.startup.promise")
+
+
+def _figures_in(nb_path: Path) -> int:
+    """Plotly figures a lesson's committed outputs hold, those inside saved widget outputs included."""
+    nb = nbformat.read(nb_path, as_version=4)
+    state = nb.metadata.get("widgets", {}).get(seqlab_book.WIDGET_STATE, {}).get("state", {})
+
+    def widget(model_id: str) -> int:
+        model = state.get(model_id)
+        if model is None:
+            return 0
+        s = model["state"]
+        return (sum(widget(c.removeprefix("IPY_MODEL_")) for c in s.get("children", []))
+                + sum(count(o) for o in s.get("outputs", []) if model["model_name"] == "OutputModel"))
+
+    def count(out) -> int:
+        data = out.get("data", {})
+        return (1 if seqlab_book.PLOTLY in data else widget(data[seqlab_book.WIDGET]["model_id"])
+                if seqlab_book.WIDGET in data else 0)
+
+    return sum(count(o) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+def test_every_page_loads_offline_with_its_equations_and_figures_drawn(site, offline_page):
+    """Each page from disk, network off: no failed request and nothing asked of the network (MathJax 3's fonts
+    load from the site); every equation typeset by MathJax 3 (no raw TeX, no MathJax error); every figure of
+    the lesson drawn; the sidebar links every lesson."""
+    out, pages = site
+    page, asked, failed, fonts = offline_page
+    for path in pages:
+        page.goto(path.as_uri())
+        _typeset(page)
+        assert page.evaluate("() => MathJax.version").startswith("3."), path.name
+        math = page.locator("main .math").count()
+        typeset = page.locator("main mjx-container").count()
+        assert typeset >= math > 0, f"{path.name}: {typeset} equations typeset of {math}"
+        assert page.locator("mjx-merror").count() == 0, f"{path.name}: a MathJax error"
+        text = page.inner_text("main")
+        assert "$$" not in text and "\\frac" not in text, f"{path.name}: raw TeX left on the page"
+        sidebar = page.inner_text(".bd-sidebar-primary nav")
+        assert all(f"{p.stem[:2]} ·" in sidebar for p in LESSONS), f"{path.name}: the sidebar lacks a lesson"
+        if path.name == "index.html":
+            continue
+        want = _figures_in(REPO / "notebooks" / f"{path.stem}.ipynb")
+        assert want > 0, f"{path.stem} has no figure"
+        page.wait_for_function(f"() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= {want}",
+                               timeout=60_000)
+        drawn = page.eval_on_selector_all(".js-plotly-plot", "els => els.filter(e => e.querySelector("
+                                          "'.main-svg') && e.getBoundingClientRect().height > 50).length")
+        assert drawn == want, f"{path.name}: {drawn} figures drawn, the lesson has {want}"
+    assert not asked, f"the book asked the network for {asked[:5]}"
+    assert not failed, f"requests failed: {failed[:5]}"
+    assert any("MathJax_Main-Regular" in f for f in fonts), f"MathJax's fonts were not loaded: {fonts[:5]}"
+
+
+def test_the_search_page_finds_a_word_of_lesson_05_offline(site, offline_page):
+    out, _ = site
+    page, asked, failed, _ = offline_page
+    page.goto((out / "search.html").as_uri() + "?q=GateLoop")
+    page.wait_for_selector("#search-results li a", timeout=30_000)
+    found = page.eval_on_selector_all("#search-results li a", "els => els.map(e => e.getAttribute('href'))")
+    assert any(h.startswith("05_gateloop_surrogate_attention.html") for h in found), found
+    assert not asked and not failed, (asked, failed)
