@@ -180,9 +180,12 @@ def write_lab_overrides(py: Path) -> None:
     path.write_text(json.dumps(current, indent=2))
 
 
-# JupyterLab's options: a save that changes nothing but the widget state leaves a lesson as it is, byte for
-# byte, and no save drops a saved widget that an output shows (seqlab.viz.nbstate.keep_saved_widgets)
-LAB_ARGS = ["--ContentsManager.pre_save_hook=seqlab.viz.nbstate.keep_saved_widgets"]
+# JupyterLab's options (seqlab.viz.nbstate.LAB_ARGS): a save that changes nothing but the widget state leaves a
+# lesson as it is, byte for byte, and no save drops a saved widget that an output shows (keep_saved_widgets);
+# seqlab's JupyterLab extension runs a notebook's widget restores one at a time, so that no saved widget shows
+# "model not found" on a fresh open (seqlab/viz/labextension/)
+LAB_ARGS = ["--ContentsManager.pre_save_hook=seqlab.viz.nbstate.keep_saved_widgets",
+            f"--LabApp.extra_labextensions_path={ROOT / 'seqlab' / 'viz' / 'labextension'}"]
 
 WORKING = ROOT / "my_notebooks"          # the learner's copy of the lessons (git-ignored)
 SYNC = WORKING / ".seqlab-sync.json"     # lesson -> hash of the tracked version it was copied from

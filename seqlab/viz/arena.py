@@ -16,25 +16,25 @@ __all__ = ["example_figure", "accuracy_grid", "accuracy_vs_state", "accuracy_vs_
 IGNORE = -100
 
 
-def example_figure(task, index: int = 0, split: str = "test", *, width: int = 980) -> go.Figure:
-    """One example of ``task``: its input tokens in a strip, the scored positions marked with their labels
-    (the token the model must put out there)."""
+def example_figure(task, index: int = 0, split: str = "test", *, width: int = 720, per_row: int = 16) -> go.Figure:
+    """One example of ``task``: its input tokens in rows of ``per_row``, the scored positions marked with their
+    labels (the token the model must put out there). The default size reads at 12 px in JupyterLab's notebook
+    column and in the book's (about 720 px wide)."""
     data = task.tensors(split)
     ids, labels = data["input_ids"][index].tolist(), data["labels"][index].tolist()
     names = [task.itos[i] if task.itos else str(i) for i in ids]
     scored = [lab != IGNORE for lab in labels]
     text = [f"{n}<br><b>→{task.itos[lab] if task.itos else lab}</b>" if s else n
             for n, lab, s in zip(names, labels, scored)]
-    per_row = 32
     rows = -(-len(ids) // per_row)
     z = [[None] * per_row for _ in range(rows)]
     cells = [[""] * per_row for _ in range(rows)]
     for t, (s, label) in enumerate(zip(scored, text)):
         z[t // per_row][t % per_row] = 1.0 if s else 0.0
         cells[t // per_row][t % per_row] = label
-    fig = new_figure(height=90 + 46 * rows, width=width,
+    fig = new_figure(height=100 + 52 * rows, width=width,
                      title=f"{task.name}: one {split} example ({sum(scored)} scored positions, bold: the label)")
-    fig.add_trace(go.Heatmap(z=z, text=cells, texttemplate="%{text}", textfont=dict(size=9), showscale=False,
+    fig.add_trace(go.Heatmap(z=z, text=cells, texttemplate="%{text}", textfont=dict(size=12), showscale=False,
                              colorscale=[[0, "#F2F2F2"], [1, "#FFD28A"]], zmin=0, zmax=1, xgap=1, ygap=1,
                              hovertemplate="position %{customdata}<extra></extra>",
                              customdata=[[r * per_row + c for c in range(per_row)] for r in range(rows)]))

@@ -41,6 +41,11 @@ PLOTLY_KEY = "application/vnd.plotly.v1+json"
 PNG_KEY = "image/png"
 # JupyterLab's command-line option that installs the hook (workbench.py lab and the browser test use it)
 LAB_SAVE_HOOK = "--ContentsManager.pre_save_hook=seqlab.viz.nbstate.keep_saved_widgets"
+# The folder of seqlab's own JupyterLab extension, seqlab-widget-restore: a notebook's widget restores run one at a
+# time, so a saved widget is never drawn as "model not found" on a fresh open (its remoteEntry.js says why)
+LAB_EXTENSIONS = Path(__file__).resolve().parent / "labextension"
+# Everything JupyterLab is started with for the lessons (workbench.py lab builds the same list without seqlab)
+LAB_ARGS = [LAB_SAVE_HOOK, f"--LabApp.extra_labextensions_path={LAB_EXTENSIONS}"]
 _MODEL_REF = re.compile(r'IPY_MODEL_([0-9a-f]{32})|"model_id": "([0-9a-f]{32})"')
 
 

@@ -124,7 +124,11 @@ def test_the_second_pass_holds_another_floating_point_path(wb):
     assert first and second and second != first, (first, second)
 
 
-def test_lab_runs_jupyterlab_with_the_save_hook_that_keeps_lessons_as_they_are(wb):
-    from seqlab.viz.nbstate import LAB_SAVE_HOOK
+def test_lab_runs_jupyterlab_with_the_save_hook_and_the_widget_restore_extension(wb):
+    """workbench.py (standard library only) builds the same JupyterLab options as seqlab.viz.nbstate, and the
+    extension folder they name holds a prebuilt extension JupyterLab can load."""
+    from seqlab.viz.nbstate import LAB_ARGS, LAB_EXTENSIONS, LAB_SAVE_HOOK
 
-    assert LAB_SAVE_HOOK in wb.LAB_ARGS
+    assert LAB_SAVE_HOOK in wb.LAB_ARGS and wb.LAB_ARGS == LAB_ARGS
+    package = json.loads((LAB_EXTENSIONS / "seqlab-widget-restore" / "package.json").read_text())
+    assert (LAB_EXTENSIONS / "seqlab-widget-restore" / package["jupyterlab"]["_build"]["load"]).is_file()

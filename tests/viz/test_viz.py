@@ -503,3 +503,21 @@ def test_accuracy_vs_rate_draws_each_familys_window_with_its_seeds():
     assert fig.layout.xaxis.type == "log" and fig.data[3].name == "b (1 seed)"
     with pytest.raises(ValueError, match="runs"):
         accuracy_vs_rate([], title="t")
+
+
+def test_a_task_example_reads_at_the_notebook_width_every_label_in_its_cell():
+    """The arena lesson's strip: 16 tokens a row at 12 px in a 720 px figure (JupyterLab's and the book's column),
+    every scored position showing its label."""
+    from seqlab.experiments import arena
+    from seqlab.tasks import IGNORE
+    from seqlab.viz.arena import example_figure
+
+    quick = arena.SIZES["quick"]
+    task = arena.make_task("mqar", quick["tasks"]["mqar"], 0, quick)
+    fig = example_figure(task)
+    heat = fig.data[0]
+    assert fig.layout.width <= 760 and heat.textfont.size >= 12 and all(len(row) == 16 for row in heat.z)
+    labels = task.tensors("test")["labels"][0].tolist()
+    shown = [cell for row in heat.text for cell in row]
+    assert [("→" in c) for c in shown[:len(labels)]] == [lab != IGNORE for lab in labels]
+    assert len(heat.z) == -(-task.seq_len // 16)
