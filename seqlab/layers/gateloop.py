@@ -99,7 +99,8 @@ class GateLoopTimeMixing(nn.Module):
         return self._readout(y, x), S
 
     def step(self, x_t: torch.Tensor, S: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One token, ``x_t`` (B, d_model): ``S_n = diag(a_n) S_{n-1} + k_n^T v_n``, ``y_n = q_n S_n`` (eq. 7-8)."""
+        """One token, ``x_t`` (B, d_model): ``S_n = diag(a_n) S_{n-1} + k_n^T v_n``, ``y_n = q_n S_n`` (eq. 7-8 with
+        the transition on the key side, as ``seqlab.ops.gateloop`` explains)."""
         q, k, v, a = (t[:, :, 0] for t in self._qkva(x_t[:, None]))          # (B, H, d)
         S = a.to(S.dtype)[..., None] * S + k[..., None] * v[..., None, :]
         y = torch.einsum("bhd,bhde->bhe", q.to(S.dtype), S)

@@ -18,12 +18,13 @@ A sequence opens with ``D = num_kv_pairs`` key-value pairs and then asks for eac
 
 The other query-region positions are *filler*, chosen by ``filler``:
 
-- ``"random"`` (the default here, the harder variant): random tokens drawn from the vocabulary minus this
-  sequence's keys (about half of them values). Zoology's random filler draws from every token, so a filler
-  can equal a key and yet be unlabelled; here a label is a function of the inputs alone: the value paired
-  with the token at that position when it is one of the keys, ``IGNORE`` otherwise;
+- ``"random"`` (the default of this function, the harder variant): random tokens drawn from the vocabulary
+  minus this sequence's keys (about half of them values), so a label is a function of the inputs alone: the
+  value paired with the token at that position when it is one of the keys, ``IGNORE`` otherwise. Zoology's
+  code has a random filler too (``random_non_queries=True``, drawn from every token, so a filler can equal a
+  key and yet be unlabelled), but its Fig. 2 runs do not use it;
 - ``"zoology"``: token 0, as in Zoology's published runs (``random_non_queries=False``, its Fig. 2): the
-  model only has to find the keys among zeros. Token 0 is never a key.
+  model only has to find the keys among zeros. Token 0 is never a key. The arena uses this one by default.
 
 Zoology's ``vocab_size > seq_len`` check is not needed here and is not made.
 

@@ -5,6 +5,11 @@ The operator (eq. 7-8, one head; ``k_n^T v_n`` is an outer product, no conjugati
     S_n = diag(a_n) S_{n-1} + k_n^T v_n          S_n: (dk, dv), a_n, q_n, k_n: (dk,), v_n: (dv,)
     y_n = q_n S_n                                y_n: (dv,)
 
+with the transition on the key side. Paper 004 prints eq. 7 as ``h_n = h_{n-1} a_n + k_n^T v_n``, the
+transition on the value side; for ``d_h > 1`` only the key side makes the surrogate attention of eq. 14-15
+hold (the decay rides on the query-key product), so seqlab adopts it, as GLA does. At the paper's
+``d_h = 1`` the two are the same recurrence (lesson 05 checks both).
+
 unrolled (eq. 9)::
 
     y_n = q_n sum_{m<=n} diag(prod_{j=m+1..n} a_j) k_m^T v_m
@@ -148,7 +153,7 @@ def _pick_auto(q, v) -> str:
 
 
 def gateloop(q, k, v, a, *, h0=None, mode: str = "auto", return_state: bool = False, chunk_size: int = 64):
-    """GateLoop (eq. 7-8): ``S_n = diag(a_n) S_{n-1} + k_n^T v_n``, ``y_n = q_n S_n``.
+    """GateLoop (eq. 7-8, key side): ``S_n = diag(a_n) S_{n-1} + k_n^T v_n``, ``y_n = q_n S_n``.
 
     Args:
         q, k, a: ``(B, H, L, dk)`` queries (output gates), keys (input gates), state transitions

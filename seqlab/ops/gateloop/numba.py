@@ -53,7 +53,7 @@ if HAVE_NUMBA:
         q, k, a: (N, L, dk); v, y: (N, L, dv); h0: (N or 1, dk, dv); final: (N, dk, dv);
         checkpoints: (N, ceil(L / chunk), dk, dv) gets the state entering every chunk (for the backward
         pass), or is empty when no backward pass will run; stats: (N, 2), see :func:`_row_stats`.
-            S_n = diag(a_n) S_{n-1} + k_n^T v_n,    y_n = q_n S_n
+            S_n = diag(a_n) S_{n-1} + k_n^T v_n,    y_n = q_n S_n      (the key side: see ``seqlab.ops.gateloop``)
         """
         N, L, dk = q.shape
         dv = v.shape[2]
