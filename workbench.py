@@ -7,6 +7,7 @@
     python workbench.py execute notebooks/02_linear_recurrence.ipynb   # re-run a lesson, save its outputs
     python workbench.py book    # the lessons as a book in build/book/ (open build/book/index.html)
     python workbench.py gpu-check   # on a CUDA machine: kernels, lessons, GPU benchmarks, configs/ timed
+    python workbench.py gpu-check --here   # the same with this interpreter as it is (an offline GPU node)
     python workbench.py lock    # refresh requirements.lock from pyproject.toml (then re-execute the lessons)
 
 Each creates or reuses one local virtual environment, ``.venv`` beside this file, and installs into it
@@ -365,14 +366,44 @@ def book(args: list[str]) -> int:
     return subprocess.call([str(py), "-m", "seqlab.book", *args], cwd=ROOT)
 
 
+# What gpu-check --here needs in the interpreter it is started with (no .venv, no lock, no torch pin): the module
+# and the wheel that brings it.
+HERE_NEEDS = {"torch": "torch (the node's own CUDA build)", "triton": "triton (the one that build of torch wants)",
+              "pytest": "pytest", "numpy": "numpy", "numba": "numba", "plotly": "plotly", "tqdm": "tqdm",
+              "datasets": "datasets", "sklearn": "scikit-learn", "filelock": "filelock", "nbformat": "nbformat",
+              "nbval": "nbval", "ipywidgets": "ipywidgets", "ipykernel": "ipykernel", "nbclient": "nbclient"}
+
+
+def missing_here(py: Path) -> list[str]:
+    """The wheels ``py`` lacks for gpu-check (:data:`HERE_NEEDS`), in the order to install them."""
+    probe = ("import importlib.util, json; print(json.dumps([m for m in %r if importlib.util.find_spec(m) is None]))"
+             % list(HERE_NEEDS))
+    done = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, cwd=ROOT)
+    return [HERE_NEEDS[m] for m in json.loads(done.stdout or "[]")] if done.returncode == 0 else list(HERE_NEEDS.values())
+
+
 def gpu_check(args: list[str]) -> int:
     """On a CUDA machine, one report (printed, and written to ``build/gpu-check.txt``) of: the CUDA-marked tests
     (every Triton kernel forward and backward against the float64 references at paper sizes, bfloat16
     included; every lesson run to its end on the GPU), ``benchmarks/gpu.py`` (the scan kernel's bandwidth
     against the GPU's peak, GateLoop's kernel against fla's ``chunk_gla``, paper 003 Fig. 2) and
     ``benchmarks/full_profile.py`` (20 and 40 steps of every ``configs/`` experiment, projected to the whole
-    run). Elsewhere it says so and exits 0."""
-    py = ensure_environment()
+    run). Elsewhere it says so and exits 0.
+
+    ``--here``: run with the interpreter this script was started with, as it is (an offline GPU node's system
+    Python and its own CUDA build of torch): no ``.venv``, no lock, no torch pin; seqlab is read from this
+    folder (``PYTHONPATH``). What that interpreter lacks is listed, with the wheels to bring, before anything
+    runs."""
+    here = "--here" in args
+    args = [a for a in args if a != "--here"]
+    py = Path(sys.executable) if here else ensure_environment()
+    if here:
+        lacking = missing_here(py)
+        if lacking:
+            print(f"gpu-check --here: {py} lacks {', '.join(lacking)}. Bring their wheels (pip download on a machine "
+                  "with a network, for this Python and platform) and install them with `pip install --no-deps "
+                  "--no-index --find-links WHEELS ...`; see the README's GPU section.")
+            return 2
     probe = subprocess.run([str(py), "-c", "import torch; print(torch.cuda.get_device_name() "
                             "if torch.cuda.is_available() else '')"], capture_output=True, text=True, cwd=ROOT)
     name = probe.stdout.strip()
@@ -382,11 +413,13 @@ def gpu_check(args: list[str]) -> int:
               "experiment; nothing to check on this machine.")
         return 0
     env = {k: v for k, v in test_environment().items() if k not in ("TRITON_INTERPRET", "SEQLAB_NO_TRITON")}
+    if here:     # seqlab from this folder, ahead of anything the node has
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
     steps = [("CUDA tests", [str(py), "-m", "pytest", "-m", "cuda", "-p", "no:cacheprovider", "-q", "-rfEs", "tests",
                              *args]),
              ("GPU benchmarks", [str(py), "benchmarks/gpu.py"]),
              ("full-profile configs", [str(py), "benchmarks/full_profile.py", "--steps", "20"])]
-    report = [f"gpu-check on {name}"]
+    report = [f"gpu-check on {name}" + (f" (--here: {py}, its own torch and packages)" if here else "")]
     print(report[0], flush=True)
     codes = []
     for title, command in steps:

@@ -95,6 +95,29 @@ def test_gpu_check_without_cuda_says_so_and_exits_0(wb, monkeypatch, capsys):
     assert "no CUDA GPU here" in capsys.readouterr().out
 
 
+def test_gpu_check_here_uses_this_interpreter_as_it_is(wb, monkeypatch, capsys):
+    """``gpu-check --here`` (an offline GPU node): no .venv is built; without CUDA it says so and exits 0."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: gpu-check would run the CUDA tests")
+
+    def no_venv(*_, **__):
+        raise AssertionError("--here must not build .venv")
+
+    monkeypatch.setattr(wb, "ensure_environment", no_venv)
+    assert wb.gpu_check(["--here"]) == 0
+    assert "no CUDA GPU here" in capsys.readouterr().out
+
+
+def test_gpu_check_here_names_the_wheels_the_interpreter_lacks(wb, monkeypatch, capsys):
+    monkeypatch.setattr(wb, "HERE_NEEDS", {**wb.HERE_NEEDS, "seqlab_no_such_module": "no-such-wheel"})
+    monkeypatch.setattr(wb, "ensure_environment", lambda *_, **__: pytest.fail("--here must not build .venv"))
+    assert wb.gpu_check(["--here"]) == 2
+    said = capsys.readouterr().out
+    assert "lacks no-such-wheel" in said and "--no-index --find-links" in said
+
+
 def test_the_install_is_redone_when_the_lock_changes(wb, tmp_path):
     (tmp_path / "pyproject.toml").write_text("[project]\n")
     monkeypatch_lock = tmp_path / "requirements.lock"
