@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import html
-import json
 import shutil
 import sys
 import tempfile
@@ -79,7 +78,7 @@ class StaticOutputs:
         for cell in nb.cells:
             if cell.cell_type == "code":
                 cell.outputs = [self.output(o) for o in cell.outputs]
-        nb.metadata.pop("widgets", None)   # with no widget state the template loads no widget manager (a CDN)
+        nb.metadata.pop("widgets", None)   # with widget state MyST-NB would load the widget manager from a CDN
 
     def output(self, out):
         data = out.get("data", {})
