@@ -205,3 +205,18 @@ def test_gateloop_says_which_side_its_transition_acts_on():
 
     doc = sys.modules["seqlab.ops.gateloop"].__doc__
     assert "value side" in doc and "key side" in doc
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_every_widget_a_lesson_shows_has_its_saved_model(path):
+    """A widget output refers to a model by id; the model must be in the lesson's saved widget state, or JupyterLab
+    and the book show "model not found" where the widget was (a lesson executed without saving its widget
+    state, or with another run's)."""
+    from seqlab.viz.nbstate import VIEW_KEY
+
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    state = nb["metadata"].get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    shown = [out["data"][VIEW_KEY]["model_id"] for cell in nb["cells"] for out in cell.get("outputs", [])
+             if VIEW_KEY in out.get("data", {})]
+    missing = [model_id for model_id in shown if model_id not in state]
+    assert not missing, f"{path.name}: {len(missing)} of {len(shown)} widgets have no saved model"
