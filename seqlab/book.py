@@ -46,7 +46,7 @@ SUMMARIES = {
           "attention; what the gates learn.",
     "06": "Train in parallel, decode as a recurrence: every family's state, checked step by step, and what it "
           "costs.",
-    "07": "The arena: seven families on eight memory tasks at one parameter budget, and which model for what.",
+    "08": "The arena: seven families on eight memory tasks at one parameter budget, and which model for what.",
 }
 
 # The papers, as the README's references table lists them.

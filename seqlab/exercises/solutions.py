@@ -1,4 +1,4 @@
-"""Solutions to the exercises of lessons 01-07: ``solution(id)`` returns an answer that ``check(id, ...)`` accepts.
+"""Solutions to the exercises of lessons 01-08: ``solution(id)`` returns an answer that ``check(id, ...)`` accepts.
 
 They live here, in the package, and never in the lessons: try the exercise first, then read the one you need.
 """
@@ -146,10 +146,10 @@ def generate(model, prompt, n):                                # 06.3
     return torch.cat(tokens, dim=1)
 
 
-# ----------------------------------------------------------------------------------------------- lesson 07
+# ----------------------------------------------------------------------------------------------- lesson 08
 
 
-def mqar_labels(ids, num_kv_pairs):                            # 07.1
+def mqar_labels(ids, num_kv_pairs):                            # 08.1
     from seqlab.tasks import IGNORE
 
     labels = torch.full_like(ids, IGNORE)
@@ -160,12 +160,12 @@ def mqar_labels(ids, num_kv_pairs):                            # 07.1
     return labels
 
 
-def core(model):                                               # 07.2
+def core(model):                                               # 08.2
     return sum(p.numel() * (2 if p.is_complex() else 1) for name, p in model.named_parameters()
                if not name.startswith(("embed.", "pos", "head.")))
 
 
-GROWING = {"transformer", "causalrn"}                          # 07.3
+GROWING = {"transformer", "causalrn"}                          # 08.3
 
 
 _SOLUTIONS = {
@@ -175,7 +175,7 @@ _SOLUTIONS = {
     "04.1": lambda: additive_decay, "04.2": lambda: coefficients, "04.3": lambda: BUMP,
     "05.1": lambda: surrogate, "05.2": lambda: grad_a, "05.3": reset_transitions,
     "06.1": lambda: lightnet_step, "06.2": lambda: CROSSOVER, "06.3": lambda: generate,
-    "07.1": lambda: mqar_labels, "07.2": lambda: core, "07.3": lambda: set(GROWING),
+    "08.1": lambda: mqar_labels, "08.2": lambda: core, "08.3": lambda: set(GROWING),
 }
 
 

@@ -1,4 +1,4 @@
-"""The arena: every causal LM family on the field's recall and memory tasks at matched size (lesson 07).
+"""The arena: every causal LM family on the field's recall and memory tasks at matched size (lesson 08).
 
 Seven families (:data:`FAMILIES`) meet eight tasks (:data:`TASKS`): Zoology's multi-query associative recall
 (``mqar``), five tasks of the MAD suite (in-context, fuzzy and noisy recall, selective copying, memorization),
@@ -60,7 +60,7 @@ WIDTH_STEP = {"transformer": 4, "linear-transformer": 4, "lightnet": 4}
 TOLERANCE = 0.10                 # matched means within 10 % of the target count
 EMBEDDING_PARAMETERS = ("embed.", "pos", "head.")   # the token table, learned positions, the output head
 
-# Quick sizes: the whole grid on a CPU in a few minutes (lesson 07 trains a part of it live). The medium and full
+# Quick sizes: the whole grid on a CPU in a few minutes (lesson 08 trains a part of it live). The medium and full
 # sizes are in configs/medium/arena.toml and configs/arena.toml.
 SIZES = Sizes("arena", dict(
     families=list(FAMILIES), seeds=1, steps=40, batch_size=32, n_layers=2, lrs=[3e-3], reference="transformer",

@@ -1,4 +1,4 @@
-"""Pictures of the arena (lesson 07), drawn from its summary rows (``seqlab.experiments.arena.summarize``) and
+"""Pictures of the arena (lesson 08), drawn from its summary rows (``seqlab.experiments.arena.summarize``) and
 its tasks: one example of a task, the family x task accuracy grid, accuracy against state size and against
 length (one line per family, mean ± spread over seeds), the training time per family, and learning curves read
 from run records (one line per group, the seeds as a band), and accuracy against learning rate (the window in

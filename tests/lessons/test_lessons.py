@@ -171,7 +171,7 @@ RETRACTED = {
     "old tokens fade as the count grows": "the CausalRN's running sum weighs every token alike (lesson 00, §3)",
     "**fixed** after training": "S4/S5 learn an input-independent step; the LRU has none (lesson 05, §1)",
     "$m+1$ positions back": "the copied token is m positions back (lesson 04, §8)",
-    "Zoology's filler can, by chance": "Zoology's Fig. 2 runs use token 0 as filler (lesson 07, §1a)",
+    "Zoology's filler can, by chance": "Zoology's Fig. 2 runs use token 0 as filler (lesson 08, §1a)",
     "Zoology draws them from every token": "as above (seqlab/tasks/recall.py)",
     "The paper texts are in": "the papers are cited by title and link",
     "could be read on this offline workbench": "the compared settings come from the authors' configs",

@@ -1,4 +1,4 @@
-"""Lesson 07 · The arena: MQAR labels from the tokens, the parameters that are matched, which states grow."""
+"""Lesson 08 · The arena: MQAR labels from the tokens, the parameters that are matched, which states grow."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,7 @@ import torch
 from seqlab.exercises._core import Wrong, call, exercise, need_function, whole_number
 
 
-@exercise("07.1", title="MQAR labels from the tokens",
+@exercise("08.1", title="MQAR labels from the tokens",
           task="Compute MQAR labels from the tokens alone: mqar_labels(ids, num_kv_pairs) for ids: (B, L) returns (B, L) "
                "labels, the value paired with a key wherever that key comes back after the first 2 D tokens, "
                "IGNORE (-100) everywhere else.",
@@ -15,7 +15,7 @@ from seqlab.exercises._core import Wrong, call, exercise, need_function, whole_n
                "is never scored (seqlab.tasks.IGNORE = -100).",
           stub="def mqar_labels(ids, num_kv_pairs):\n    ...          # your code here: return labels, shape (B, L)\n\n"
                "answer = mqar_labels")
-def _check_07_1(answer):
+def _check_08_1(answer):
     from seqlab.tasks.base import IGNORE
     from seqlab.tasks.recall import mqar_rows
 
@@ -53,13 +53,13 @@ def _check_07_1(answer):
 _EXCLUDED = ("embed.", "pos", "head.")
 
 
-@exercise("07.2", title="What does 'the same size' count?",
+@exercise("08.2", title="What does 'the same size' count?",
           task="Write core(model): the number of parameters outside the token embedding ('embed.'), the position table "
                "('pos') and the output head ('head.'), a complex parameter counting twice: what the arena matches.",
           hint="for name, p in model.named_parameters(): skip names that start with 'embed.', 'pos' or 'head.'; add "
                "p.numel() (twice if p.is_complex()).",
           stub="def core(model):\n    ...          # your code here: return an int\n\nanswer = core")
-def _check_07_2(answer):
+def _check_08_2(answer):
     from seqlab import models
     from seqlab.experiments import arena
 
@@ -85,13 +85,13 @@ def _check_07_2(answer):
             "a large vocabulary or a long learned position table cannot buy a family a better mixer.")
 
 
-@exercise("07.3", title="Whose state grows with the length?",
+@exercise("08.3", title="Whose state grows with the length?",
           task="Predict which of the seven arena families hold a state that grows with the number of tokens read: "
                "answer = a set of names from arena.FAMILIES.",
-          hint="look at what token t adds (lesson 06 §2, lesson 07 §3): a cache appends, a recurrence overwrites a "
+          hint="look at what token t adds (lesson 06 §2, lesson 08 §3): a cache appends, a recurrence overwrites a "
                "fixed h; verify with model.state_size(t).",
           stub="answer = ...          # a set of family names, e.g. {'lrnn'}")
-def _check_07_3(answer):
+def _check_08_3(answer):
     from seqlab import models
     from seqlab.experiments import arena
 
