@@ -44,7 +44,7 @@ SUMMARIES = {
           "multiplicative decay needs two.",
     "05": "GateLoop: data-controlled linear recurrence as a recurrence, an associative scan and a surrogate "
           "attention; what the gates learn.",
-    "06": "Train in parallel, decode as a recurrence: every family's state, checked step by step, and what it "
+    "07": "Train in parallel, decode as a recurrence: every family's state, checked step by step, and what it "
           "costs.",
     "08": "The arena: seven families on eight memory tasks at one parameter budget, and which model for what.",
 }

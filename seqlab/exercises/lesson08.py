@@ -88,7 +88,7 @@ def _check_08_2(answer):
 @exercise("08.3", title="Whose state grows with the length?",
           task="Predict which of the seven arena families hold a state that grows with the number of tokens read: "
                "answer = a set of names from arena.FAMILIES.",
-          hint="look at what token t adds (lesson 06 §2, lesson 08 §3): a cache appends, a recurrence overwrites a "
+          hint="look at what token t adds (lesson 07 §2, lesson 08 §3): a cache appends, a recurrence overwrites a "
                "fixed h; verify with model.state_size(t).",
           stub="answer = ...          # a set of family names, e.g. {'lrnn'}")
 def _check_08_3(answer):

@@ -119,10 +119,10 @@ def reset_transitions():                                       # 05.3
     return a
 
 
-# ----------------------------------------------------------------------------------------------- lesson 06
+# ----------------------------------------------------------------------------------------------- lesson 07
 
 
-def lightnet_step(q_t, k_t, v_t, state):                       # 06.1
+def lightnet_step(q_t, k_t, v_t, state):                       # 07.1
     kv, log_s = state
     new_log_s = torch.logaddexp(log_s, k_t)
     keep = torch.exp(log_s - new_log_s)                        # s_(t-1) / s_t (0 at the first token)
@@ -132,10 +132,10 @@ def lightnet_step(q_t, k_t, v_t, state):                       # 06.1
     return o, (kv, new_log_s)
 
 
-CROSSOVER = 9                                                  # 06.2: 256 t > 2 x 64 x 17 = 2176 from t = 9
+CROSSOVER = 9                                                  # 07.2: 256 t > 2 x 64 x 17 = 2176 from t = 9
 
 
-def generate(model, prompt, n):                                # 06.3
+def generate(model, prompt, n):                                # 07.3
     logits, state = model.prefill(prompt)
     nxt = logits[:, -1].argmax(-1)
     tokens = [prompt, nxt[:, None]]
@@ -174,7 +174,7 @@ _SOLUTIONS = {
     "03.1": lambda: lrnn_forward, "03.2": lambda: fst_block, "03.3": lambda: set(CAUSAL_MASKS),
     "04.1": lambda: additive_decay, "04.2": lambda: coefficients, "04.3": lambda: BUMP,
     "05.1": lambda: surrogate, "05.2": lambda: grad_a, "05.3": reset_transitions,
-    "06.1": lambda: lightnet_step, "06.2": lambda: CROSSOVER, "06.3": lambda: generate,
+    "07.1": lambda: lightnet_step, "07.2": lambda: CROSSOVER, "07.3": lambda: generate,
     "08.1": lambda: mqar_labels, "08.2": lambda: core, "08.3": lambda: set(GROWING),
 }
 

@@ -93,14 +93,14 @@ def _reset_one_early():                                  # 05.3: the reset at 11
     return a
 
 
-def _step_without_decay(q_t, k_t, v_t, state):           # 06.1: the old kv is not rescaled by s_(t-1) / s_t
+def _step_without_decay(q_t, k_t, v_t, state):           # 07.1: the old kv is not rescaled by s_(t-1) / s_t
     kv, log_s = state
     new_log_s = torch.logaddexp(log_s, k_t)
     kv = kv + torch.exp(k_t - new_log_s)[..., None] * v_t[..., None, :]
     return torch.einsum("...i,...ij->...j", q_t, kv), (kv, new_log_s)
 
 
-def _rerun_generate(model, prompt, n):                   # 06.3: right tokens, but O(t) work per token
+def _rerun_generate(model, prompt, n):                   # 07.3: right tokens, but O(t) work per token
     tokens = prompt
     for _ in range(n):
         tokens = torch.cat([tokens, model(tokens)[:, -1].argmax(-1, keepdim=True)], 1)
@@ -145,9 +145,9 @@ WRONG = {   # id: [(wrong answer, a fragment the message must contain), ...]
     "05.2": [(_grad_with_h_t, "multiplied by h_t")],
     "05.3": [(_reset_one_early(), "row 12 still reads key 11"), (torch.full((24,), 1.2), "> 1"),
              (torch.full((24,), 0.5), "row 12 still reads key 11")],
-    "06.1": [(_step_without_decay, "step t = 2")],
-    "06.2": [(8, "not yet"), (10, "first such t"), (8.5, "whole number")],
-    "06.3": [(_rerun_generate, "ran the whole forward 6 times")],
+    "07.1": [(_step_without_decay, "step t = 2")],
+    "07.2": [(8, "not yet"), (10, "first such t"), (8.5, "whole number")],
+    "07.3": [(_rerun_generate, "ran the whole forward 6 times")],
     "08.1": [(_labels_everywhere, "key-value region")],
     "08.2": [(_count_all, "counted every parameter")],
     "08.3": [({"transformer"}, "causalrn: state_size(64)"), ({"transformer", "causalrn", "lrnn"}, "lrnn: "),
@@ -157,7 +157,7 @@ WRONG = {   # id: [(wrong answer, a fragment the message must contain), ...]
 
 def test_three_exercises_per_lesson():
     assert len(IDS) == 21 and set(WRONG) == set(IDS)
-    for lesson in (1, 2, 3, 4, 5, 6, 8):
+    for lesson in (1, 2, 3, 4, 5, 7, 8):
         listed = exercises.list(lesson)
         assert [i for i, _ in listed] == [f"{lesson:02d}.{n}" for n in (1, 2, 3)]
         assert all(task.strip() for _, task in listed)
@@ -216,11 +216,11 @@ def test_check_is_deterministic_and_leaves_the_random_stream_alone():
     torch.manual_seed(5)
     before = torch.rand(3)
     torch.manual_seed(5)
-    first = run("06.3", _rerun_generate)
+    first = run("07.3", _rerun_generate)
     second = run("03.3", {"mlp2"})
     after = torch.rand(3)
     assert torch.equal(before, after)
-    assert first == run("06.3", _rerun_generate) and second == run("03.3", {"mlp2"})
+    assert first == run("07.3", _rerun_generate) and second == run("03.3", {"mlp2"})
 
 
 def test_unknown_id_raises_naming_it_and_the_valid_ones():

@@ -1,4 +1,4 @@
-"""Lesson 06 · Decoding with a state: one LightNet step, when a KV cache outgrows a state, greedy decoding."""
+"""Lesson 07 · Decoding with a state: one LightNet step, when a KV cache outgrows a state, greedy decoding."""
 from __future__ import annotations
 
 import torch
@@ -25,7 +25,7 @@ def _unpack_step(out, B, H, dk, dv, where):
     return o, kv, log_s
 
 
-@exercise("06.1", title="One step of LightNet",
+@exercise("07.1", title="One step of LightNet",
           task="Write one decoding step of LightNet's additive decay: from the state (kv: (B, H, dk, dv), log_s: "
                "(B, H, dk)) and q_t, k_t: (B, H, dk), v_t: (B, H, dv) return (o_t, (kv, log_s)), kv being the sum "
                "already divided by s_t.",
@@ -33,7 +33,7 @@ def _unpack_step(out, B, H, dk, dv, where):
                "channel); o_t = q_t^T kv'. The empty state is kv = 0, log_s = -inf.",
           stub="def lightnet_step(q_t, k_t, v_t, state):\n    ...          # your code here: return o_t, (kv, log_s)\n\n"
                "answer = lightnet_step")
-def _check_06_1(answer):
+def _check_07_1(answer):
     from seqlab import ops
 
     fn = need_function(answer, "lightnet_step(q_t, k_t, v_t, state) -> (o_t, (kv, log_s))")
@@ -71,13 +71,13 @@ def _check_06_1(answer):
             "of 400: O(dk dv) work per token whatever t, and s_t itself (up to e^1200) is never formed.")
 
 
-@exercise("06.2", title="When does a KV cache outgrow a state?",
+@exercise("07.2", title="When does a KV cache outgrow a state?",
           task="Predict after how many tokens t a 2-layer transformer's KV cache (d_model 64) first holds more floats "
                "than a 2-layer linear-transformer's whole state (d_model 64, 4 heads): answer = t.",
           hint="the cache holds a key and a value (2 d floats) per token and layer; the linear Transformer holds "
                "[S | z], d x (d / heads + 1) floats per layer, whatever t.",
           stub="answer = ...          # a whole number of tokens")
-def _check_06_2(answer):
+def _check_07_2(answer):
     from seqlab import models
 
     t = whole_number(answer)
@@ -98,14 +98,14 @@ def _check_06_2(answer):
             f"cache only grows.")
 
 
-@exercise("06.3", title="Greedy decoding with a state",
+@exercise("07.3", title="Greedy decoding with a state",
           task="Write greedy decoding: generate(model, prompt, n) -> (B, P + n) tokens, reading the prompt (B, P) with "
                "one model.prefill and then one model.step per new token (the argmax of the last logits).",
           hint="logits, state = model.prefill(prompt); the next token is logits[:, -1].argmax(-1); then "
                "logits_t, state = model.step(token, state) gives (B, vocab) logits for the one after.",
           stub="def generate(model, prompt, n):\n    ...          # your code here: return tokens, shape (B, P + n)\n\n"
                "answer = generate")
-def _check_06_3(answer):
+def _check_07_3(answer):
     from seqlab import models
 
     fn = need_function(answer, "generate(model, prompt, n) -> tokens")
