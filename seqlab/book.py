@@ -44,6 +44,9 @@ SUMMARIES = {
           "multiplicative decay needs two.",
     "05": "GateLoop: data-controlled linear recurrence as a recurrence, an associative scan and a surrogate "
           "attention; what the gates learn.",
+    "06": "The chunkwise-parallel form derived once from $h_t = a_t h_{t-1} + x_t$: why relative decays live in "
+          "log space, what it costs in FLOPs and bytes, the chunk size measured, the Triton kernel read beside the "
+          "equations, and GLA, Lightning Attention and Mamba-2 on one map.",
     "07": "Train in parallel, decode as a recurrence: every family's state, checked step by step, and what it "
           "costs.",
     "08": "The arena: seven families on eight memory tasks at one parameter budget, and which model for what.",

@@ -37,8 +37,9 @@ def test_lesson_file(path):
         assert base64.b64decode(data["image/png"])[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_there_are_eight_lessons():
-    assert [p.name[:2] for p in LESSONS] == ["00", "01", "02", "03", "04", "05", "06", "07"]
+def test_there_are_nine_lessons():
+    assert [p.name[:2] for p in LESSONS] == ["00", "01", "02", "03", "04", "05", "06", "07", "08"]
+    assert [p.name for p in LESSONS[6:]] == ["06_chunkwise_parallel_form.ipynb", "07_inference.ipynb", "08_arena.ipynb"]
 
 
 # A rounding-level value as a lesson would print it: 1e-13 and below in any format, a float32-sized error printed to
