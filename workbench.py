@@ -190,10 +190,42 @@ LAB_ARGS = ["--ContentsManager.pre_save_hook=seqlab.viz.nbstate.keep_saved_widge
 
 WORKING = ROOT / "my_notebooks"          # the learner's copy of the lessons (git-ignored)
 SYNC = WORKING / ".seqlab-sync.json"     # lesson -> hash of the tracked version it was copied from
+# Lessons renumbered (old file name -> new), in the order their copies are carried over: a name is moved away
+# before another lesson's copy is moved onto it.
+RENAMED = [("07_arena.ipynb", "08_arena.ipynb"), ("06_inference.ipynb", "07_inference.ipynb")]
 
 
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _follow_renames(synced: dict) -> list[str]:
+    """Carry the learner's copies of renumbered lessons (``RENAMED``) over to their new names and return what
+    the learner should be told; ``synced`` follows. A copy the learner never edited is removed (the lesson
+    comes back under its new name, as committed); an edited one moves to the new name, or stays where it is,
+    beside it, when the new name is taken. Its edits are never lost."""
+    notes = []
+    for old, new in RENAMED:
+        mine, moved = WORKING / old, WORKING / new
+        if (ROOT / "notebooks" / old).exists():          # still a lesson under that name: nothing to carry over
+            continue
+        copied_from = synced.pop(old, None)              # no record: treated as edited
+        if not mine.exists():
+            continue
+        if copied_from is not None and _digest(mine) == copied_from:
+            mine.unlink()
+            notes.append(f"{old} is now {new} (your copy of {old} had no edits and was removed)")
+            continue
+        ids = f'exercises.check("{old[:2]}.N", ...) there is now exercises.check("{new[:2]}.N", ...)'
+        if moved.exists():
+            notes.append(f"{old} is now {new}; my_notebooks/ already has a {new}, so your edits stay in "
+                         f"my_notebooks/{old}, kept beside it ({ids})")
+            continue
+        mine.rename(moved)
+        if copied_from is not None:
+            synced[new] = copied_from
+        notes.append(f"{old} is now {new}; your edited copy moved with it, to my_notebooks/{new} ({ids})")
+    return notes
 
 
 def sync_working_copy(reset: list[str] = (), written: list[Path] | None = None) -> list[str]:
@@ -201,12 +233,13 @@ def sync_working_copy(reset: list[str] = (), written: list[Path] | None = None) 
     (the lessons copied are appended to ``written``).
 
     A lesson missing from the copy is copied; one the learner has not changed since it was copied is
-    refreshed when the tracked lesson changes; one the learner changed is kept. ``reset`` names lessons
-    (``"02"`` or a file name) to restore from the tracked version whatever their state.
+    refreshed when the tracked lesson changes; one the learner changed is kept. A renumbered lesson's copy
+    follows it to its new name first (``_follow_renames``). ``reset`` names lessons (``"02"`` or a file name)
+    to restore from the tracked version whatever their state.
     """
     WORKING.mkdir(exist_ok=True)
     synced = json.loads(SYNC.read_text()) if SYNC.exists() else {}
-    notes = []
+    notes = _follow_renames(synced)
     for tracked in sorted((ROOT / "notebooks").glob("*.ipynb")):
         mine, name = WORKING / tracked.name, tracked.name
         wanted = _digest(tracked)

@@ -56,6 +56,73 @@ def test_reset_of_an_unknown_lesson_says_so(wb):
     assert wb._split_reset(["--port", "8899", "--reset", "02"]) == (["02"], ["--port", "8899"])
 
 
+def _old_lessons_then_the_renumbering(wb, tmp_path, mine: dict[str, str] | None = None):
+    """A learner's copy made while the inference and arena lessons were 06 and 07, with the files ``mine`` (name:
+    text) written into it, then the pull that renumbers them 07 and 08 (their text changes with them: the exercise
+    ids): returns what ``lab`` says."""
+    tracked = tmp_path / "notebooks"
+    for name in ("06_inference.ipynb", "07_arena.ipynb"):
+        (tracked / name).write_text(json.dumps({"cells": [], "v": 1, "lesson": name}))
+    wb.sync_working_copy()
+    for name, text in (mine or {}).items():
+        (tmp_path / "my_notebooks" / name).write_text(text)
+    for old, new in (("06_inference.ipynb", "07_inference.ipynb"), ("07_arena.ipynb", "08_arena.ipynb")):
+        (tracked / old).unlink()
+        (tracked / new).write_text(json.dumps({"cells": [], "v": 2, "lesson": new}))
+    return wb.sync_working_copy()
+
+
+def test_an_untouched_copy_of_a_renumbered_lesson_is_replaced_by_the_lesson_under_its_new_name(wb, tmp_path):
+    notes = _old_lessons_then_the_renumbering(wb, tmp_path)
+    assert notes == ["07_arena.ipynb is now 08_arena.ipynb (your copy of 07_arena.ipynb had no edits and was removed)",
+                     "06_inference.ipynb is now 07_inference.ipynb (your copy of 06_inference.ipynb had no edits and "
+                     "was removed)"]
+    mine = tmp_path / "my_notebooks"
+    assert sorted(p.name for p in mine.glob("*.ipynb")) == ["00_welcome.ipynb", "02_linear_recurrence.ipynb",
+                                                            "07_inference.ipynb", "08_arena.ipynb"]
+    for name in ("07_inference.ipynb", "08_arena.ipynb"):
+        assert (mine / name).read_bytes() == (tmp_path / "notebooks" / name).read_bytes()
+    synced = json.loads((mine / ".seqlab-sync.json").read_text())
+    assert sorted(synced) == ["00_welcome.ipynb", "02_linear_recurrence.ipynb", "07_inference.ipynb", "08_arena.ipynb"]
+    assert wb.sync_working_copy() == []          # said once; from now on the new names follow notebooks/
+
+
+def test_an_edited_copy_of_a_renumbered_lesson_moves_to_the_new_name_with_its_edits(wb, tmp_path):
+    notes = _old_lessons_then_the_renumbering(wb, tmp_path, {"06_inference.ipynb": "my inference edits",
+                                                             "07_arena.ipynb": "my arena edits"})
+    mine = tmp_path / "my_notebooks"
+    assert (mine / "07_inference.ipynb").read_text() == "my inference edits"   # 07 -> 08 first: nothing overwritten
+    assert (mine / "08_arena.ipynb").read_text() == "my arena edits"
+    assert not (mine / "06_inference.ipynb").exists() and not (mine / "07_arena.ipynb").exists()
+    assert notes[:2] == [
+        '07_arena.ipynb is now 08_arena.ipynb; your edited copy moved with it, to my_notebooks/08_arena.ipynb '
+        '(exercises.check("07.N", ...) there is now exercises.check("08.N", ...))',
+        '06_inference.ipynb is now 07_inference.ipynb; your edited copy moved with it, to '
+        'my_notebooks/07_inference.ipynb (exercises.check("06.N", ...) there is now exercises.check("07.N", ...))']
+    kept = ["07_inference.ipynb: notebooks/ has a new version; your edited copy is kept (python3 workbench.py lab "
+            "--reset 07 takes the new one)",
+            "08_arena.ipynb: notebooks/ has a new version; your edited copy is kept (python3 workbench.py lab --reset "
+            "08 takes the new one)"]
+    assert notes[2:] == kept
+    synced = json.loads((mine / ".seqlab-sync.json").read_text())
+    assert "06_inference.ipynb" not in synced and "07_arena.ipynb" not in synced
+    assert wb.sync_working_copy() == kept and (mine / "07_inference.ipynb").read_text() == "my inference edits"
+
+
+def test_an_edited_copy_of_a_renumbered_lesson_stays_beside_a_file_under_the_new_name(wb, tmp_path):
+    notes = _old_lessons_then_the_renumbering(wb, tmp_path, {"06_inference.ipynb": "my inference edits",
+                                                             "07_inference.ipynb": "another notebook of mine"})
+    mine = tmp_path / "my_notebooks"
+    assert (mine / "06_inference.ipynb").read_text() == "my inference edits"
+    assert (mine / "07_inference.ipynb").read_text() == "another notebook of mine"
+    said = ("06_inference.ipynb is now 07_inference.ipynb; my_notebooks/ already has a 07_inference.ipynb, so your "
+            "edits stay in my_notebooks/06_inference.ipynb, kept beside it "
+            '(exercises.check("06.N", ...) there is now exercises.check("07.N", ...))')
+    assert said in notes
+    assert said in wb.sync_working_copy()        # said again at every launch while both are there
+    assert (mine / "06_inference.ipynb").read_text() == "my inference edits"
+
+
 def test_torch_comes_from_the_cpu_index_on_linux_without_a_driver_and_falls_back_to_the_pin(wb, tmp_path,
                                                                                              monkeypatch):
     import platform
