@@ -122,6 +122,39 @@ def reset_transitions():                                       # 05.3
 # ----------------------------------------------------------------------------------------------- lesson 07
 
 
+def relative_decays(log_a):                                     # 06.1
+    g = log_a.cumsum(0)
+    causal = torch.ones(g.shape[0], g.shape[0], dtype=torch.bool).tril()[..., None]
+    return torch.exp((g[:, None] - g[None, :]).masked_fill(~causal, -math.inf))
+
+
+def chunk_states(k, v, log_a, C):                               # 06.2
+    n = -(-k.shape[0] // C)
+    k, v, log_a = (torch.nn.functional.pad(t, (0, 0, 0, n * C - t.shape[0])) for t in (k, v, log_a))
+    h, entering = k.new_zeros(k.shape[1], v.shape[1]), []
+    for c in range(n):
+        chunk = slice(c * C, (c + 1) * C)
+        g = log_a[chunk].cumsum(0)
+        entering.append(h)
+        h = torch.exp(g[-1])[:, None] * h + (k[chunk] * torch.exp(g[-1] - g)).T @ v[chunk]
+    return torch.stack(entering)
+
+
+def chunked_gateloop(q, k, v, a, C):                            # 06.3
+    L, n = q.shape[0], -(-q.shape[0] // C)
+    q, k, v, log_a = (torch.nn.functional.pad(t, (0, 0, 0, n * C - L)) for t in (q, k, v, torch.log(a)))
+    causal = torch.ones(C, C, dtype=torch.bool).tril()[..., None]
+    h, ys = q.new_zeros(q.shape[1], v.shape[1]), []
+    for c in range(n):
+        chunk = slice(c * C, (c + 1) * C)
+        g = log_a[chunk].cumsum(0)                                                # per channel, complex
+        D = torch.exp((g[:, None] - g[None, :]).masked_fill(~causal, -math.inf))  # (C, C, dk)
+        A = torch.einsum("id,jd,ijd->ij", q[chunk], k[chunk], D)                 # part 2
+        ys.append(A @ v[chunk] + (q[chunk] * torch.exp(g)) @ h)                   # parts 2 and 3
+        h = torch.exp(g[-1])[:, None] * h + (k[chunk] * torch.exp(g[-1] - g)).T @ v[chunk]   # part 1
+    return torch.cat(ys)[:L]
+
+
 def lightnet_step(q_t, k_t, v_t, state):                       # 07.1
     kv, log_s = state
     new_log_s = torch.logaddexp(log_s, k_t)
@@ -174,6 +207,7 @@ _SOLUTIONS = {
     "03.1": lambda: lrnn_forward, "03.2": lambda: fst_block, "03.3": lambda: set(CAUSAL_MASKS),
     "04.1": lambda: additive_decay, "04.2": lambda: coefficients, "04.3": lambda: BUMP,
     "05.1": lambda: surrogate, "05.2": lambda: grad_a, "05.3": reset_transitions,
+    "06.1": lambda: relative_decays, "06.2": lambda: chunk_states, "06.3": lambda: chunked_gateloop,
     "07.1": lambda: lightnet_step, "07.2": lambda: CROSSOVER, "07.3": lambda: generate,
     "08.1": lambda: mqar_labels, "08.2": lambda: core, "08.3": lambda: set(GROWING),
 }

@@ -93,6 +93,35 @@ def _reset_one_early():                                  # 05.3: the reset at 11
     return a
 
 
+def _factorised_decays(log_a):                           # 06.1: exp(g_i) exp(-g_j) overflows for sharp gates
+    g = log_a.cumsum(0)
+    causal = torch.ones(g.shape[0], g.shape[0], dtype=torch.bool).tril()[..., None]
+    return torch.where(causal, torch.exp(g)[:, None] * torch.exp(-g)[None, :], 0.0)
+
+
+def _inclusive_decays(log_a):                            # 06.1: a_j .. a_i, one factor too many
+    return solution("06.1")(log_a) * torch.exp(log_a)[None, :, :]
+
+
+def _states_leaving(k, v, log_a, C):                     # 06.2: the state after each chunk, not before
+    h, leaving = torch.zeros(k.shape[1], v.shape[1], dtype=k.dtype), []
+    for t in range(k.shape[0]):
+        h = torch.exp(log_a[t])[:, None] * h + k[t, :, None] * v[t, None, :]
+        if t % C == C - 1 or t == k.shape[0] - 1:
+            leaving.append(h)
+    return torch.stack(leaving)
+
+
+def _factorised_gateloop(q, k, v, a, C):                 # 06.3: eq. 18-19 over the whole sequence
+    Pi = torch.cumprod(a, 0)
+    A = ((q * Pi) @ (k / Pi).T).tril()
+    return A @ v
+
+
+def _conjugated_gateloop(q, k, v, a, C):                 # 06.3: q and k conjugated
+    return solution("06.3")(q.conj(), k.conj(), v, a, C)
+
+
 def _step_without_decay(q_t, k_t, v_t, state):           # 07.1: the old kv is not rescaled by s_(t-1) / s_t
     kv, log_s = state
     new_log_s = torch.logaddexp(log_s, k_t)
@@ -145,6 +174,9 @@ WRONG = {   # id: [(wrong answer, a fragment the message must contain), ...]
     "05.2": [(_grad_with_h_t, "multiplied by h_t")],
     "05.3": [(_reset_one_early(), "row 12 still reads key 11"), (torch.full((24,), 1.2), "> 1"),
              (torch.full((24,), 0.5), "row 12 still reads key 11")],
+    "06.1": [(_factorised_decays, "non-finite"), (_inclusive_decays, "a_i, not 1")],
+    "06.2": [(_states_leaving, "leaving each chunk")],
+    "06.3": [(_factorised_gateloop, "non-finite"), (_conjugated_gateloop, "conjugated")],
     "07.1": [(_step_without_decay, "step t = 2")],
     "07.2": [(8, "not yet"), (10, "first such t"), (8.5, "whole number")],
     "07.3": [(_rerun_generate, "ran the whole forward 6 times")],
@@ -156,8 +188,8 @@ WRONG = {   # id: [(wrong answer, a fragment the message must contain), ...]
 
 
 def test_three_exercises_per_lesson():
-    assert len(IDS) == 21 and set(WRONG) == set(IDS)
-    for lesson in (1, 2, 3, 4, 5, 7, 8):
+    assert len(IDS) == 24 and set(WRONG) == set(IDS)
+    for lesson in range(1, 9):
         listed = exercises.list(lesson)
         assert [i for i, _ in listed] == [f"{lesson:02d}.{n}" for n in (1, 2, 3)]
         assert all(task.strip() for _, task in listed)
