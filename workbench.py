@@ -374,8 +374,11 @@ def execute(args: list[str]) -> int:
     py = ensure_environment()
     env = dict(test_environment(), SEQLAB_NO_TRITON="1")   # as nbval runs them (notebooks/conftest.py)
     for nb in args:
+        # A cell's timeout also bounds a stall seen here: after a cell whose interact() output nbclient mirrors into
+        # the Output widget (a comm message nbclient sends on the shell channel), nbclient sometimes misses the
+        # cell's reply until the timeout, then goes on without error. No quick-profile cell needs 5 minutes.
         run([py, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--inplace",
-             "--ExecutePreprocessor.timeout=900", nb], cwd=ROOT, env=env)
+             "--ExecutePreprocessor.timeout=300", nb], cwd=ROOT, env=env)
         run([py, "-m", "seqlab.viz.nbstate", "--png", nb], cwd=ROOT, env=env)
         set_kernel_name(ROOT / nb)
     return 0
