@@ -46,9 +46,10 @@ def left_out_of_the_lock(name: str) -> bool:
 NBVAL_ARGS = ["--nbval-current-env", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg",
               "--nbval-cell-timeout", "900"]
 # The command `test` runs, inside the environment. Notebooks run in the quick profile; nbval
-# compares their committed outputs; --dist loadscope keeps each notebook on one worker.
+# compares their committed outputs; --dist loadscope keeps each notebook on one worker; the 30 slowest tests are
+# listed at the end (CI's 30-minute budget is spent there).
 PYTEST_ARGS = ["-n", "2", "--dist", "loadscope", "--nbval", *NBVAL_ARGS, "-p", "no:cacheprovider", "-ra",
-               "tests", "notebooks"]
+               "--durations=30", "tests", "notebooks"]
 # Its second pass: the lessons alone, on another floating-point path (other_fp_path_environment).
 SECOND_PASS_ARGS = ["-n", "2", "--dist", "loadscope", "--nbval", *NBVAL_ARGS, "-p", "no:cacheprovider", "-ra",
                     "notebooks"]
