@@ -28,9 +28,12 @@ def _uniform(g, *shape, lo, hi):
     return lo + (hi - lo) * torch.rand(*shape, generator=g, dtype=torch.float64)
 
 
-def _overflow_hint(where: str) -> str:
-    return (f"non-finite values{where}, where the gates are sharp: exp(-g_j) overflows once -g_j passes ~88.7 "
-            f"(float32) or ~709.8 (float64); form exp(g_i - g_j) from the difference, masked before exp")
+def _no_overflow(got: torch.Tensor, name: str, where: str) -> None:
+    """``Wrong`` if the answer for sharp gates has inf or NaN: the factorised ``exp(g_i) exp(-g_j)`` overflowed."""
+    if not torch.isfinite(got).all():
+        raise Wrong(f"{name} has {int((~torch.isfinite(got)).sum())} non-finite values{where}, where the gates are "
+                    f"sharp: exp(-g_j) overflows once -g_j passes ~88.7 (float32) or ~709.8 (float64); form "
+                    f"exp(g_i - g_j) from the difference, masked before exp")
 
 
 def _states_by_recurrence(k, v, log_a, C):
@@ -61,8 +64,8 @@ def _check_06_1(answer):
         log_a = _uniform(g, C, 3, lo=lo, hi=hi).float()
         where = f" at C = {C}" + (f" with log a in [{lo:g}, {hi:g}]" if lo < -5 else "")
         got = tensor(call(fn, log_a.clone()), "D", (C, C, 3), complex_ok=False)
-        if lo < -5 and not torch.isfinite(got).all():
-            raise Wrong(f"D has {int((~torch.isfinite(got)).sum())} {_overflow_hint(where)}")
+        if lo < -5:
+            _no_overflow(got, "D", where)
         if C > 1 and float(got[torch.ones(C, C, dtype=torch.bool).triu(1)].abs().max()) > 0:
             raise Wrong(f"D[i, j] is not 0 for some j > i{where}: step i reads only steps j <= i of its chunk")
         cum = log_a.double().cumsum(0)
@@ -93,8 +96,8 @@ def _check_06_2(answer):
         n = -(-L // C)
         where = f" at L = {L}, C = {C}" + (f" with log a in [{lo:g}, {hi:g}]" if lo < -5 else "")
         got = tensor(call(fn, k.clone(), v.clone(), log_a.clone(), C), "h_in", (n, 3, 2), complex_ok=False)
-        if lo < -5 and not torch.isfinite(got).all():
-            raise Wrong(f"h_in has {int((~torch.isfinite(got)).sum())} {_overflow_hint(where)}")
+        if lo < -5:
+            _no_overflow(got, "h_in", where)
         want, leaving = _states_by_recurrence(k, v, log_a, C)
         if close(got, leaving, 1e-9) and not close(got, want, 1e-9):
             raise Wrong(f"you returned the state leaving each chunk{where}: h_in[c] is the state entering chunk c, "
@@ -125,8 +128,8 @@ def _check_06_3(answer):
         a = torch.polar(_uniform(g, L, 3, lo=lo, hi=hi), _uniform(g, L, 3, lo=-math.pi, hi=math.pi))
         where = f" at L = {L}, C = {C}" + (f" with |a| in [{lo:g}, {hi:g}]" if lo < 1e-3 else "")
         got = tensor(call(fn, q.clone(), k.clone(), v.clone(), a.clone(), C), "y", (L, 2))
-        if lo < 1e-3 and not torch.isfinite(got).all():
-            raise Wrong(f"y has {int((~torch.isfinite(got)).sum())} {_overflow_hint(where)}")
+        if lo < 1e-3:
+            _no_overflow(got, "y", where)
         first_nonfinite(got, "y", where)
         want = gateloop(q[None, None], k[None, None], v[None, None], a[None, None], mode="recurrent")[0, 0]
         conjugated = gateloop(q[None, None].conj(), k[None, None].conj(), v[None, None], a[None, None],
