@@ -310,8 +310,8 @@ def test_a_lesson_opens_with_its_widgets_rendered(lab, page):
 
 # ----------------------------------------------------------------------------- every lesson, opened as it is
 LESSONS = sorted((REPO / "notebooks").glob("0*.ipynb"))
-AUTOSAVE_S = 3            # JupyterLab's autosave interval in this server (the default is 120 s)
-OPEN_WAIT_S = 10          # a lesson left open: its kernel started, its widgets restored, several autosaves past
+AUTOSAVE_S = 1            # JupyterLab's autosave interval in this server, s (the default is 120 s)
+SETTLED_WAIT_S = 2 * AUTOSAVE_S + 0.5   # after the widgets settle: two autosaves pass before the file is compared
 RESTORE_PLUGIN = "seqlab-widget-restore:plugin"     # seqlab/viz/labextension, loaded through LAB_ARGS
 OPENS = 3                 # fresh opens of each lesson (its kernel shut down in between)
 
@@ -345,6 +345,20 @@ def _shut_down_kernels(base: str, token: str) -> None:
         urllib.request.urlopen(request, timeout=10).close()
 
 
+def _wait_widgets_settled(page, views: int, timeout_s: float) -> None:
+    """Wait until each of the lesson's ``views`` saved widget outputs is either drawn or says it failed
+    ("Error displaying widget", which the assertions then catch): the widget manager's restore has ended.
+    Only the notebook's own outputs count, not those drawn inside a widget."""
+    page.wait_for_function(
+        """views => {
+            const outs = [...document.querySelectorAll('.jp-Notebook .jp-OutputArea-output')]
+                .filter(o => !o.parentElement.closest('.jupyter-widgets'));
+            const settled = outs.filter(o => o.querySelector('.jupyter-widgets')
+                                             || o.innerText.includes('Error displaying widget'));
+            return settled.length === views && !outs.some(o => o.innerText.includes('Loading widget...'));
+        }""", arg=views, timeout=timeout_s * 1000)
+
+
 @pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.stem[:2])
 def test_opening_a_lesson_never_changes_it_and_its_widgets_render_every_time(lessons_lab, page, lesson):
     """A lesson opened and left open (autosave every few seconds, widget state saved, as for learners) stays
@@ -359,7 +373,8 @@ def test_opening_a_lesson_never_changes_it_and_its_widgets_render_every_time(les
             page.goto(f"{base}/lab/tree/{lesson.name}?token={token}&reset")
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=SERVER_START_S * 1000)
             _wait_kernel_idle(page, 90)
-            page.wait_for_timeout((OPEN_WAIT_S if attempt == 0 else 2 * AUTOSAVE_S) * 1000)
+            _wait_widgets_settled(page, views, 60)
+            page.wait_for_timeout(SETTLED_WAIT_S * 1000)
             assert path.read_bytes() == lesson.read_bytes(), f"{lesson.name} changed on disk after open {attempt + 1}"
             assert page.evaluate(f"() => window.jupyterapp.isPluginActivated('{RESTORE_PLUGIN}')"), "not loaded"
             lost = page.locator(".jp-OutputArea-output:has-text('Error displaying widget')").count()
