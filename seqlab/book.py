@@ -49,7 +49,8 @@ SUMMARIES = {
           "equations, and GLA, Lightning Attention and Mamba-2 on one map.",
     "07": "Train in parallel, decode as a recurrence: every family's state, checked step by step, and what it "
           "costs.",
-    "08": "The arena: seven families on eight memory tasks at one parameter budget, and which model for what.",
+    "08": "The arena: seven families on eight memory tasks at one parameter budget, which model for what, and what "
+          "to build next: the delta rule, in a capstone that enters its own family into the arena.",
 }
 
 # The papers, as the README's references table lists them.

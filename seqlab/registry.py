@@ -1,8 +1,9 @@
 """One registry for every name a user types: models, tasks, experiments, claims and exercises.
 
 A :class:`Registry` maps names to what they stand for (a builder, a task, an experiment function, a claim, an
-exercise); ``@registry.register(name)`` fills it, a name registered twice is refused, and :meth:`Registry.lookup`
-refuses an unknown name with the nearest known one ("did you mean ...?") and the list of them all.
+exercise); ``@registry.register(name)`` fills it, a name registered twice is refused (unless it is replaced on
+purpose), :meth:`Registry.unregister` takes a name out again, and :meth:`Registry.lookup` refuses an unknown name
+with the nearest known one ("did you mean ...?") and the list of them all.
 """
 from __future__ import annotations
 
@@ -21,15 +22,22 @@ class Registry(Mapping):
         self.what, self.argument, self.cutoff = what, argument, cutoff
         self._entries: dict[str, Any] = {}
 
-    def register(self, name: str, entry: Any = None):
-        """``@registry.register(name)`` above a function, or ``registry.register(name, entry)``."""
+    def register(self, name: str, entry: Any = None, *, replace: bool = False):
+        """``@registry.register(name)`` above a function, or ``registry.register(name, entry)``. ``replace=True``
+        puts ``entry`` in the place of one already registered under ``name`` (a notebook cell run again)."""
         def add(value):
-            if name in self._entries:
-                raise ValueError(f"{self.what} {name!r} is registered twice")
+            if name in self._entries and not replace:
+                raise ValueError(f"{self.what} {name!r} is registered twice (replace=True replaces it)")
             self._entries[name] = value
             return value
 
         return add if entry is None else add(entry)
+
+    def unregister(self, name: str):
+        """Remove ``name`` and return its entry; :meth:`unknown`'s error where it is not here."""
+        entry = self.lookup(name)
+        del self._entries[name]
+        return entry
 
     def names(self) -> list[str]:
         return sorted(self._entries)

@@ -119,7 +119,7 @@ def check(exercise_id: str, answer) -> bool:
             print(f"{head}: not yet — {err}")
             return False
         except Exception as err:                       # a checker must never leave a traceback in a lesson
-            print(f"{head}: not yet — checking your answer raised {type(err).__name__}: {_short(err)}")
+            print(f"{head}: not yet — checking your answer raised {type(err).__name__}: {short(err)}")
             return False
     print(f"{head}: correct — {reason}")
     return True
@@ -142,7 +142,7 @@ def notebook_cells(lesson) -> builtins.list[tuple[str, str]]:
 # ----------------------------------------------------------------------------------------------- helpers
 
 
-def _short(err: BaseException, limit: int = 160) -> str:
+def short(err: BaseException, limit: int = 160) -> str:
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -160,7 +160,7 @@ def call(fn, *args, what: str = "your function"):
     except (Wrong, NotAnswered):
         raise
     except Exception as err:
-        raise Wrong(f"{what} raised {type(err).__name__}: {_short(err)}") from None
+        raise Wrong(f"{what} raised {type(err).__name__}: {short(err)}") from None
     if out is None or out is ...:
         raise NotAnswered(f"{what} returned {'None' if out is None else '...'} (no `return` yet?).")
     return out

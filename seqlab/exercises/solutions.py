@@ -1,4 +1,5 @@
-"""Solutions to the exercises of lessons 01-08: ``solution(id)`` returns an answer that ``check(id, ...)`` accepts.
+"""Solutions to the exercises of lessons 01-08: ``solution(id)`` returns an answer that ``check(id, ...)`` accepts
+(``solution("08.4")`` registers the family ``deltanet``, as the lesson's cell does).
 
 They live here, in the package, and never in the lessons: try the exercise first, then read the one you need.
 """
@@ -201,6 +202,62 @@ def core(model):                                               # 08.2
 GROWING = {"transformer", "causalrn"}                          # 08.3
 
 
+def delta_rule(q, k, v, beta, S):                              # 08.4
+    q = q / q.norm(dim=-1, keepdim=True)                       # unit keys: I - beta k k^T has eigenvalues 1 - beta, 1
+    k = k / k.norm(dim=-1, keepdim=True)
+    outs = []
+    for t in range(q.shape[2]):
+        k_t = k[:, :, t]
+        old = torch.einsum("bhvk,bhk->bhv", S, k_t)                                     # S_(t-1) k_t
+        S = S - torch.einsum("bhv,bhk->bhvk", beta[:, :, t, None] * (old - v[:, :, t]), k_t)
+        outs.append(torch.einsum("bhvk,bhk->bhv", S, q[:, :, t]))                       # o_t = S_t q_t
+    return torch.stack(outs, 2), S
+
+
+class DeltaNetBlock(torch.nn.Module):                          # 08.4: x + W_o delta_rule(q, k, v, beta) of LN(x)
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h, self.d = n_heads, d_model // n_heads
+        self.norm = torch.nn.LayerNorm(d_model)
+        self.qkv = torch.nn.Linear(d_model, 3 * d_model)
+        self.beta = torch.nn.Linear(d_model, n_heads)
+        self.out = torch.nn.Linear(d_model, d_model)
+
+    def prefill(self, x, S):                                   # x (B, P, D) after the tokens S holds
+        B, P, _ = x.shape
+        h = self.norm(x)
+        q, k, v = self.qkv(h).view(B, P, 3, self.h, self.d).permute(2, 0, 3, 1, 4)     # each (B, H, P, d)
+        o, S = delta_rule(q, k, v, torch.sigmoid(self.beta(h)).transpose(1, 2), S)
+        return x + self.out(o.transpose(1, 2).reshape(B, P, -1)), S
+
+    def forward(self, x):
+        return self.prefill(x, self.init_state(x.shape[0], device=x.device, dtype=x.dtype))[0]
+
+    def step(self, x_t, S):
+        y, S = self.prefill(x_t[:, None], S)
+        return y[:, 0], S
+
+    def init_state(self, batch, *, device=None, dtype=torch.float32):
+        return torch.zeros(batch, self.h, self.d, self.d, device=device, dtype=dtype)
+
+    def state_size(self, t):
+        return self.h * self.d * self.d
+
+
+def build_deltanet(*, vocab_size, num_classes=None, seq_len=None, d_model=64, n_layers=2, n_heads=4):   # 08.4
+    from seqlab.models.decoding import DecodingModel
+
+    blocks = [DeltaNetBlock(d_model, n_heads) for _ in range(n_layers)]
+    return DecodingModel(vocab_size=vocab_size, d_model=d_model, blocks=blocks, num_classes=num_classes)
+
+
+def deltanet():                                                # 08.4: registered as the lesson's cell registers it
+    from seqlab import models
+
+    models.register("deltanet", replace=True)(build_deltanet)
+    return delta_rule, "deltanet"
+
+
 _SOLUTIONS = {
     "01.1": lambda: reduce, "01.2": lambda: linear_reduce, "01.3": lambda: dict(STATE_SIZES),
     "02.1": lambda: scan, "02.2": lambda: NU_THETA, "02.3": lambda: broken_combine,
@@ -209,7 +266,7 @@ _SOLUTIONS = {
     "05.1": lambda: surrogate, "05.2": lambda: grad_a, "05.3": reset_transitions,
     "06.1": lambda: relative_decays, "06.2": lambda: chunk_states, "06.3": lambda: chunked_gateloop,
     "07.1": lambda: lightnet_step, "07.2": lambda: CROSSOVER, "07.3": lambda: generate,
-    "08.1": lambda: mqar_labels, "08.2": lambda: core, "08.3": lambda: set(GROWING),
+    "08.1": lambda: mqar_labels, "08.2": lambda: core, "08.3": lambda: set(GROWING), "08.4": deltanet,
 }
 
 

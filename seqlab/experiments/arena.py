@@ -2,13 +2,15 @@
 
 Seven families (:data:`FAMILIES`) meet eight tasks (:data:`TASKS`): Zoology's multi-query associative recall
 (``mqar``), five tasks of the MAD suite (in-context, fuzzy and noisy recall, selective copying, memorization),
-paper 001's copying and GateLoop's Memory Horizon.
+paper 001's copying and GateLoop's Memory Horizon. Any other family of the model registry enters by name
+(``families=``; one registered with ``seqlab.models.register``, as lesson 08's capstone does): it is matched,
+trained and recorded as the seven are, and listed after them.
 
 Matched size. The reference family (``reference``, the Transformer) at a reference width ``w`` sets a target
 count of parameters *excluding the token embedding, the position table and the output head*; every other family
-gets the ``d_model`` (the one key varied, in steps its heads allow) whose count is nearest, and a run whose count
-is more than 10 % off is refused (:func:`matched_width`). Every other setting is the family's default in the one
-config vocabulary (``n_layers`` is shared; GateLoop's ``d_ff`` is ``2 * d_model`` as in its own experiment).
+gets the ``d_model`` (the one key varied, in whole heads: :func:`width_step`) whose count is nearest, and a run
+whose count is more than 10 % off is refused (:func:`matched_width`). Every other setting is the family's default in
+the one config vocabulary (``n_layers`` is shared; GateLoop's ``d_ff`` is ``2 * d_model`` as in its own experiment).
 
 The grid (:func:`plan`):
 
@@ -48,15 +50,13 @@ from seqlab.experiments._common import Sizes, checkpointing, profile_sizes
 
 __all__ = ["FAMILIES", "TASKS", "SIZES", "arena", "core_parameters", "matched_width", "plan", "chosen_lrs", "in_grid",
            "run_key", "first_step_at", "search_rates", "rate_grid", "control_specs", "control_verdicts", "summarize",
-           "load", "default_out", "run_one", "RESULTS_DIR"]
+           "load", "default_out", "run_one", "RESULTS_DIR", "width_step", "family_order"]
 
 FAMILIES = ("transformer", "linear-transformer", "causalrn", "linear-causalrn", "lrnn", "lightnet", "gateloop")
 TASKS = ("mqar", "in_context_recall", "fuzzy_in_context_recall", "noisy_in_context_recall", "selective_copying",
          "memorization", "copying", "memory_horizon")
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "results" / "arena"
 
-# d_model steps each family allows: whole heads (4 by default) where it has heads.
-WIDTH_STEP = {"transformer": 4, "linear-transformer": 4, "lightnet": 4}
 TOLERANCE = 0.10                 # matched means within 10 % of the target count
 EMBEDDING_PARAMETERS = ("embed.", "pos", "head.")   # the token table, learned positions, the output head
 
@@ -94,8 +94,27 @@ def family_config(family: str, d_model: int, n_layers: int) -> dict:
     return cfg
 
 
-@functools.lru_cache(maxsize=None)
+def width_step(family: str) -> int:
+    """The step ``d_model`` is varied in: whole heads, the builder's default ``n_heads``, where that is a number
+    (4 for the Transformers and LightNet); 2 otherwise (GateLoop's heads follow its width)."""
+    import inspect
+
+    from seqlab.models.registry import builder
+
+    heads = inspect.signature(builder(family)).parameters.get("n_heads")
+    return heads.default if heads is not None and isinstance(heads.default, int) else 2
+
+
 def _core_count(family: str, d_model: int, n_layers: int) -> int:
+    from seqlab.models.registry import builder
+
+    return _built_count(builder(family), family, d_model, n_layers)
+
+
+@functools.lru_cache(maxsize=None)
+def _built_count(build_fn, family: str, d_model: int, n_layers: int) -> int:
+    """The count of ``family`` as ``build_fn`` builds it: the cache holds the builder, so a family registered again
+    with another builder (a notebook cell run again) is counted again."""
     from seqlab import models
 
     return core_parameters(models.build(family, vocab_size=2, **family_config(family, d_model, n_layers)))
@@ -106,11 +125,10 @@ def target_parameters(reference: str, width: int, n_layers: int) -> int:
     return _core_count(reference, width, n_layers)
 
 
-@functools.lru_cache(maxsize=None)
 def matched_width(family: str, target: int, n_layers: int) -> tuple[int, int]:
     """``(d_model, parameters)`` of ``family`` nearest ``target`` parameters (bisection: the count grows with
-    ``d_model``); ``ValueError`` where the nearest is more than 10 % off."""
-    step = WIDTH_STEP.get(family, 2)
+    ``d_model``, in steps of :func:`width_step`); ``ValueError`` where the nearest is more than 10 % off."""
+    step = width_step(family)
     lo, hi = 1, 2
     while _core_count(family, hi * step, n_layers) < target:
         lo, hi = hi, hi * 2
@@ -478,7 +496,7 @@ def summarize(runs: list[dict], cfg: dict) -> list[dict]:
     rows = []
     for (family, task, width, seq_len), rs in sorted(cells.items(), key=lambda kv: (TASKS.index(kv[0][1])
                                                                                    if kv[0][1] in TASKS else 99,
-                                                                                   FAMILIES.index(kv[0][0]),
+                                                                                   family_order(kv[0][0]),
                                                                                    kv[0][2], kv[0][3])):
         acc = [r["accuracy"] for r in rs]
         grid = rate_grid(runs, cfg, family, task)
@@ -564,6 +582,24 @@ def _run_all(specs: list[dict], cfg: dict, workers: int, record, progress: bool,
         bar.close()
 
 
+def family_order(family: str) -> tuple:
+    """Where ``family`` is listed: the seven of :data:`FAMILIES` in their order, then any other by name."""
+    return (FAMILIES.index(family), "") if family in FAMILIES else (len(FAMILIES), family)
+
+
+def _families(value, workers: int) -> list | None:
+    """``families=``: names of the model registry (the profile's where None); ``workers`` > 1 spawns processes
+    that import seqlab afresh, in which a family registered from outside seqlab does not exist."""
+    from seqlab.models.registry import builder, names
+
+    families = _as_list(value, "families", names())
+    local = [f for f in families or () if not builder(f).__module__.startswith("seqlab.")]
+    if local and workers > 1:
+        raise ValueError(f"families: {local} registered in this process only (not by seqlab), which the "
+                         f"workers={workers} processes do not see: run them with workers=1")
+    return families
+
+
 def _as_list(value, what: str, known) -> list | None:
     if value is None:
         return None
@@ -580,7 +616,8 @@ def arena(*, profile: str | None = None, families=None, tasks=None, out="auto", 
     """Every family on every task at matched size (the module docstring has the grid and the file).
 
     ``profile``: quick, medium, full, or a config file or folder (None: ``$SEQLAB_PROFILE``).
-    ``families``: a subset of the profile's, as a list or a comma-separated string.
+    ``families``: families of the model registry, as a list or a comma-separated string (the profile's by
+    default: :data:`FAMILIES`); a family registered from outside seqlab runs with ``workers=1``.
     ``tasks``: a subset of the profile's tasks, as a list or a comma-separated string.
     ``out``: the results file; ``"auto"``: ``results/arena/<profile>.json``; None: nothing written or resumed.
     ``workers``: how many runs train at once (separate processes, one math thread each).
@@ -601,15 +638,15 @@ def arena(*, profile: str | None = None, families=None, tasks=None, out="auto", 
     """
     prof = profile or config.profile()
     cfg = profile_sizes(SIZES, prof, overrides)
-    cfg["families"] = _as_list(families, "families", FAMILIES) or list(cfg["families"])
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers: expected a positive int, got {workers!r}")
+    cfg["families"] = _families(families, workers) or list(cfg["families"])
     if tasks is not None:
         keep = _as_list(tasks, "tasks", TASKS)
         missing = [t for t in keep if t not in cfg["tasks"]]
         if missing:
             raise ValueError(f"tasks: {missing} have no arguments in the profile's [sizes.tasks]")
         cfg["tasks"] = {t: cfg["tasks"][t] for t in keep}
-    if not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers: expected a positive int, got {workers!r}")
     path = default_out(prof) if out == "auto" else (Path(out) if out is not None else None)
     data = load(path) if path is not None else {"runs": [], "controls": []}
     from_cli = sys.argv[1:3] == ["experiment", "arena"]

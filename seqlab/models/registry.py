@@ -12,9 +12,17 @@ from seqlab.registry import Registry
 BUILDERS = Registry("model", argument="name")     # name -> build_<family>(*, vocab_size, num_classes, seq_len, ...)
 
 
-def register(name: str):
-    """Decorator: ``@register("lrnn") def build_lrnn(*, vocab_size, num_classes, seq_len, **config)``."""
-    return BUILDERS.register(name)
+def register(name: str, *, replace: bool = False):
+    """Decorator: ``@register("lrnn") def build_lrnn(*, vocab_size, num_classes, seq_len, **config)``.
+
+    A family registered from outside seqlab (a lesson's exercise, a test) is built, trained and entered into the
+    arena like the others; ``replace=True`` re-registers a name (a notebook cell run again)."""
+    return BUILDERS.register(name, replace=replace)
+
+
+def unregister(name: str) -> Callable[..., nn.Module]:
+    """Take the family ``name`` out of the registry and return its builder (an unknown name is refused)."""
+    return BUILDERS.unregister(name)
 
 
 def builder(name: str) -> Callable[..., nn.Module]:
@@ -42,10 +50,15 @@ INIT_RULES = {
 }
 
 
+# A family registered from outside seqlab draws its weights as its own builder does: its runs record this name.
+AS_BUILT = "as-built"
+
+
 def init_rule(name: str) -> str:
-    """The name of the rule ``build(name, ...)`` draws its initial weights by (:data:`INIT_RULES`)."""
+    """The name of the rule ``build(name, ...)`` draws its initial weights by (:data:`INIT_RULES`; :data:`AS_BUILT`
+    for a family registered from outside seqlab)."""
     _check_name(name)
-    return INIT_RULES[name]
+    return INIT_RULES.get(name, AS_BUILT)
 
 
 # One config vocabulary for every family (README, Architecture): d_model, n_layers, n_heads.

@@ -1,6 +1,8 @@
-"""The arena: matched sizes, the rate chosen on validation, the resumable grid, the recorded medium run."""
+"""The arena: matched sizes, the rate chosen on validation, the resumable grid, the recorded medium run, and a
+family registered from outside seqlab entering it."""
 from __future__ import annotations
 
+import functools
 import json
 import math
 
@@ -16,7 +18,7 @@ def test_every_family_is_matched_within_ten_percent_by_d_model(width):
     for family in A.FAMILIES:
         d_model, params = A.matched_width(family, target, 2)
         assert abs(params - target) <= 0.10 * target, (family, d_model, params, target)
-        step = A.WIDTH_STEP.get(family, 2)
+        step = A.width_step(family)
         assert d_model % step == 0
         # no other allowed width is nearer
         for other in (d_model - step, d_model + step):
@@ -209,3 +211,56 @@ def test_controls_run_beside_the_grid_and_a_task_whose_control_did_not_learn_is_
     assert A.control_verdicts({"controls": []}, {**result["config"]})["mqar"]["verdict"] == "control not run yet"
     again = experiments.run("arena", **kw)
     assert len(again["controls"]) == 2                                              # not trained twice
+
+
+def _build_toy(*, vocab_size: int, num_classes=None, seq_len=None, d_model: int = 16, n_layers: int = 2,
+               n_heads: int = 4, mlp_ratio: float = 2.0):
+    """A family registered by a test: the Transformer with a narrower MLP (its heads set d_model's step)."""
+    return models.build("transformer", vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len,
+                        d_model=d_model, n_layers=n_layers, n_heads=n_heads, mlp_ratio=mlp_ratio)
+
+
+@pytest.fixture
+def toy():
+    """``"toy"`` registered for the test and taken out after it (other tests list every registered family)."""
+    models.register("toy")(_build_toy)
+    yield "toy"
+    if "toy" in models.names():
+        models.unregister("toy")
+
+
+def test_a_registered_family_is_matched_in_whole_heads_and_counted_as_its_builder_builds_it(toy):
+    assert [A.width_step(f) for f in ("transformer", "lightnet", "gateloop", "lrnn", toy)] == [4, 4, 2, 2, 4]
+    target = A.target_parameters("transformer", 16, 2)
+    d_model, params = A.matched_width(toy, target, 2)
+    assert d_model % 4 == 0 and abs(params - target) <= 0.10 * target
+    assert params == A.core_parameters(models.build(toy, vocab_size=5, d_model=d_model, n_layers=2))
+    models.register(toy, replace=True)(functools.partial(_build_toy, mlp_ratio=4.0))   # the Transformer's MLP
+    assert A.matched_width(toy, target, 2) == A.matched_width("transformer", target, 2) != (d_model, params)
+
+
+def test_a_registered_family_enters_the_quick_arena_after_the_seven(toy, tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQLAB_DATA", str(tmp_path / "data"))
+    out = tmp_path / "arena.json"
+    result = experiments.run("arena", profile="quick", families=[toy], tasks=["mqar"], out=str(out), steps=2,
+                             widths=[16], mqar_lengths=[32], train_size=64, validation_size=32, test_size=32,
+                             progress=False, verbose=False)
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["family"] == toy and run["init"] == models.init_rule(toy) == "as-built"
+    assert abs(run["params"] - run["target_params"]) <= A.TOLERANCE * run["target_params"]
+    assert abs(run["initial_loss"] - math.log(run["num_targets"])) <= A.INITIAL_LOSS_TOLERANCE
+    assert [s for s, _ in run["curve"]] == [0, 1, 2] and 0.0 <= run["accuracy"] <= 1.0
+    assert [(r["family"], r["task"]) for r in result["summary"]] == [(toy, "mqar")]
+    assert sorted([toy, "gateloop", "aaa", "transformer"], key=A.family_order) == ["transformer", "gateloop", "aaa",
+                                                                                     toy]
+
+
+def test_an_unregistered_family_is_refused_with_the_registered_names(toy):
+    with pytest.raises(ValueError, match=r"families: unknown \['toy2'\]; expected some of .*'toy'") as err:
+        experiments.run("arena", profile="quick", families="toy2", out=None)
+    assert all(repr(name) in str(err.value) for name in models.names())
+    with pytest.raises(ValueError, match=r"families: \['toy'\] registered in this process only.*workers=1"):
+        experiments.run("arena", profile="quick", families=[toy, "lrnn"], workers=2, out=None)
+    models.unregister(toy)
+    with pytest.raises(ValueError, match="families: unknown"):
+        experiments.run("arena", profile="quick", families=[toy], out=None)

@@ -1,5 +1,6 @@
 """The exercises of lessons 01-08 (``seqlab.exercises``): every checker says "not answered yet" for the untouched
-cell, accepts its solution, and rejects a specific wrong answer with a message that says what is wrong."""
+cell, accepts its solution, and rejects a specific wrong answer with a message that says what is wrong. The capstone
+(08.4) registers a family: each test leaves the model registry as it found it."""
 import contextlib
 import io
 import math
@@ -7,10 +8,19 @@ import math
 import pytest
 import torch
 
-from seqlab import exercises
-from seqlab.exercises.solutions import solution
+from seqlab import exercises, models
+from seqlab.exercises.solutions import DeltaNetBlock, delta_rule, solution
 
 IDS = exercises.ids()
+
+
+@pytest.fixture(autouse=True)
+def _registry_as_it_was():
+    """A capstone answer registers its family; other tests list every registered one."""
+    before = set(models.names())
+    yield
+    for name in set(models.names()) - before:
+        models.unregister(name)
 
 
 def run(exercise_id, answer):
@@ -151,6 +161,55 @@ def _count_all(model):                                   # 08.2: embedding, posi
     return sum(p.numel() for p in model.parameters())
 
 
+def _recurrence(update, *, normalise="qk", late=False):
+    """A delta_rule as a learner writes it (S: (B, H, dv, dk), column vectors), with the per-token ``update(S, k_t,
+    v_t, beta_t)``, the inputs of ``normalise`` L2-normalised and, ``late``, o_t read from S_(t-1)."""
+    def delta_rule(q, k, v, beta, S):
+        q = q / q.norm(dim=-1, keepdim=True) if "q" in normalise else q
+        k = k / k.norm(dim=-1, keepdim=True) if "k" in normalise else k
+        outs = []
+        for t in range(q.shape[2]):
+            before, S = S, update(S, k[:, :, t, :, None], v[:, :, t, :, None], beta[:, :, t, None, None])
+            outs.append(((before if late else S) @ q[:, :, t, :, None])[..., 0])
+        return torch.stack(outs, 2), S
+    return delta_rule
+
+
+def _delta(S, k, v, b):                                  # 08.4: the right update, S - beta (S k - v) k^T
+    return S - b * (S @ k - v) @ k.mT
+
+
+def _outer(S, k, v, b):                                  # 08.4: linear attention's, nothing erased
+    return S + b * v @ k.mT
+
+
+def _beta_outside(S, k, v, b):                           # 08.4: beta times the whole new state
+    return b * (S - (S @ k - v) @ k.mT)
+
+
+class _StaleStep(DeltaNetBlock):                         # 08.4: step hands back the state it was given
+    def step(self, x_t, S):
+        return super().step(x_t, S)[0], S
+
+
+class _CountsTokens(DeltaNetBlock):                      # 08.4: state_size that grows with t, as a cache's does
+    def state_size(self, t):
+        return super().state_size(t) * max(t, 1)
+
+
+def _family(name, block, head_std=0.02):
+    """Register ``name``: the capstone's model with ``block`` and the head drawn N(0, head_std)."""
+    from seqlab.models.decoding import DecodingModel
+
+    @models.register(name)
+    def build(*, vocab_size, num_classes=None, seq_len=None, d_model=64, n_layers=2, n_heads=4):
+        model = DecodingModel(vocab_size=vocab_size, d_model=d_model, num_classes=num_classes,
+                              blocks=[block(d_model, n_heads) for _ in range(n_layers)])
+        torch.nn.init.normal_(model.head.weight, std=head_std)
+        return model
+    return name
+
+
 WRONG = {   # id: [(wrong answer, a fragment the message must contain), ...]
     "01.1": [(_birn_mean, "every key i")],
     "01.2": [(_naive_exp, "non-finite"), (_no_count, "j times too large")],
@@ -184,14 +243,20 @@ WRONG = {   # id: [(wrong answer, a fragment the message must contain), ...]
     "08.2": [(_count_all, "counted every parameter")],
     "08.3": [({"transformer"}, "causalrn: state_size(64)"), ({"transformer", "causalrn", "lrnn"}, "lrnn: "),
              ({"attention"}, "unknown family")],
+    "08.4": [((_recurrence(_delta, normalise="q"), "deltanet"), "keys are not L2-normalised"),
+             ((_recurrence(_outer), "deltanet"), "outer-product rule of linear attention"),
+             ((_recurrence(_beta_outside), "deltanet"), "multiplies the whole new state"),
+             ((_recurrence(_delta, late=True), "deltanet"), "read from S_{t-1}, one token late"),
+             ((_recurrence(_delta), "no-such-family"), "no family 'no-such-family' is registered"),
+             (_recurrence(_delta), "expected answer = (delta_rule, 'family name')")],
 }
 
 
-def test_three_exercises_per_lesson():
-    assert len(IDS) == 24 and set(WRONG) == set(IDS)
+def test_three_exercises_per_lesson_and_the_capstone():
+    assert len(IDS) == 25 and set(WRONG) == set(IDS)
     for lesson in range(1, 9):
         listed = exercises.list(lesson)
-        assert [i for i, _ in listed] == [f"{lesson:02d}.{n}" for n in (1, 2, 3)]
+        assert [i for i, _ in listed] == [f"{lesson:02d}.{n}" for n in ((1, 2, 3, 4) if lesson == 8 else (1, 2, 3))]
         assert all(task.strip() for _, task in listed)
     assert exercises.list("01") == exercises.list(1)
 
@@ -271,3 +336,13 @@ def test_notebook_cell_ends_in_an_assignment(exercise_id):
     lesson, number = exercise_id.split(".")
     _, code = exercises.notebook_cells(lesson)[int(number) - 1]
     assert code.splitlines()[-1] == f'correct = exercises.check("{exercise_id}", answer)'
+
+
+def test_the_capstone_rejects_a_family_that_decodes_wrong_or_that_the_arena_refuses():
+    ok, out = run("08.4", (delta_rule, _family("stale-step", _StaleStep)))
+    assert not ok and "stale-step: step() from init_state differs from forward() first at (batch, t, logit) = " \
+                      "(0, 1," in out, out
+    ok, out = run("08.4", (delta_rule, _family("counts-tokens", _CountsTokens)))
+    assert not ok and "counts-tokens: state_size(1), (11), (1000) = [32, 352, 32000]" in out, out
+    ok, out = run("08.4", (delta_rule, _family("loud-head", DeltaNetBlock, head_std=1.0)))   # logits of size ~5
+    assert not ok and "the arena refused loud-head: ValueError: " in out and "initial" in out, out

@@ -59,3 +59,24 @@ def test_unknown_config_key_lists_the_valid_ones_and_the_nearest():
         models.build("transformer", vocab_size=5, d_modle=64)
     with pytest.raises(ValueError, match=r"unknown model 'gatelop'; did you mean 'gateloop'\?"):
         models.build("gatelop", vocab_size=5)
+
+
+def test_a_family_registered_from_outside_is_refused_twice_replaced_on_purpose_and_taken_out():
+    def build_a(*, vocab_size, num_classes=None, seq_len=None, d_model=8, n_layers=1):
+        return models.build("lrnn", vocab_size=vocab_size, num_classes=num_classes, d_model=d_model, n_layers=n_layers)
+
+    def build_b(*, vocab_size, num_classes=None, seq_len=None, d_model=8, n_layers=2):
+        return build_a(vocab_size=vocab_size, num_classes=num_classes, d_model=d_model, n_layers=n_layers)
+
+    models.register("outside")(build_a)
+    try:
+        with pytest.raises(ValueError, match=r"model 'outside' is registered twice \(replace=True replaces it\)"):
+            models.register("outside")(build_b)
+        assert len(models.build("outside", vocab_size=5).blocks) == 1 and models.init_rule("outside") == "as-built"
+        models.register("outside", replace=True)(build_b)
+        assert len(models.build("outside", vocab_size=5).blocks) == 2
+    finally:
+        assert models.unregister("outside") is build_b
+    assert "outside" not in models.names()
+    with pytest.raises(ValueError, match="unknown model 'outside'"):
+        models.unregister("outside")
