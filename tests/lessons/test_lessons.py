@@ -221,3 +221,53 @@ def test_every_widget_a_lesson_shows_has_its_saved_model(path):
              if VIEW_KEY in out.get("data", {})]
     missing = [model_id for model_id in shown if model_id not in state]
     assert not missing, f"{path.name}: {len(missing)} of {len(shown)} widgets have no saved model"
+
+
+# The block each of lessons 01-05 builds by hand from torch's layers and its op, and the seqlab block it must equal.
+HAND_BUILT = {"01": "RelationBlock", "02": "LRNN", "03": "FSTBlock", "04": "LightNetAttention",
+              "05": "GateLoopTimeMixing"}
+
+
+def _cells(prefix: str) -> list[dict]:
+    lesson = next(p for p in LESSONS if p.name.startswith(prefix))
+    return json.loads(lesson.read_text(encoding="utf-8"))["cells"]
+
+
+@pytest.mark.parametrize("prefix", sorted(HAND_BUILT))
+def test_a_lesson_builds_its_block_by_hand_and_checks_it_against_seqlabs(prefix):
+    """A module of the learner's own (``class My...(nn.Module)``) takes the seqlab block's weights with a strict
+    ``load_state_dict``, its float32 output is asserted within 1e-6 of the block's, and a later cell trains it and
+    asserts that the loss fell (nbval runs both; this test holds them in the lesson)."""
+    sources = ["".join(c["source"]) for c in _cells(prefix) if c["cell_type"] == "code"]
+    name = HAND_BUILT[prefix]
+    check = [i for i, s in enumerate(sources) if re.search(r"class My\w+\(nn\.Module\)", s)
+             and f"layers.{name}(" in s and ".load_state_dict(" in s and "assert err < 1e-6" in s]
+    assert len(check) == 1, f"lesson {prefix}: one cell building {name} by hand, found {len(check)}"
+    train = sources[check[0] + 1]
+    assert "NBVAL_IGNORE_OUTPUT" in train and "optimiser.step()" in train and "assert final < 0.5 * losses[0]" in train, train[:300]
+
+
+@pytest.mark.parametrize("prefix", ["04", "05"])
+def test_the_source_listing_is_an_appendix(prefix):
+    cells = _cells(prefix)
+    headings = [i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("## ")]
+    last = "".join(cells[headings[-1]]["source"])
+    assert last.startswith("## Appendix · Read the implementation")
+    assert any("inspect.getsource" in "".join(c["source"]) for c in cells[headings[-1]:])
+    assert not any("inspect.getsource" in "".join(c["source"]) for c in cells[:headings[-1]])
+
+
+def test_lesson_02_has_a_halfway_point_between_the_derivation_and_the_algorithms():
+    texts = ["".join(c["source"]) for c in _cells("02")]
+    half = next(i for i, s in enumerate(texts) if s.startswith("## Halfway"))
+    assert texts[half + 2].startswith("## 5.") and "assert" in texts[half + 1]
+    assert all(not s.startswith("## 5.") for s in texts[:half])
+
+
+def test_seed_statistics_are_folded_into_evidence_cells():
+    """An argument's seed statistics sit in a collapsible ``<details>`` cell headed "Evidence"; each is closed."""
+    folded = [(path.name, s) for path in LESSONS for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+              if c["cell_type"] == "markdown" and (s := "".join(c["source"])).startswith("<details>")]
+    assert len(folded) >= 4
+    for name, s in folded:
+        assert "<summary><b>Evidence</b>" in s and s.rstrip().endswith("</details>"), name
