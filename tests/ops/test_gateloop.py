@@ -268,7 +268,9 @@ def test_compiled_gradients_gradcheck(dk, dv, B, H, L):
         y, S = gateloop(q, k, v, a, h0=h0, mode="numba", return_state=True)
         return y, S
 
-    assert torch.autograd.gradcheck(f, ins, atol=1e-8, rtol=1e-6)
+    # The short shapes compare every entry of the Jacobian; at L = 130 (the checkpoint edges) a random
+    # projection of it (fast mode: u^T J v against its finite difference), which any wrong entry moves.
+    assert torch.autograd.gradcheck(f, ins, atol=1e-8, rtol=1e-6, fast_mode=L > 64)
 
 
 def test_compiled_keeps_real_inputs_real_with_complex_a():
@@ -357,7 +359,7 @@ def test_compiled_heads_last_layout_is_kept_and_exact():
         return gateloop(lay(q), lay(k), lay(v), lay(a), h0=h0, mode="numba", return_state=True)
 
     leaves = [t.clone().requires_grad_() for t in (q, k, v, a, h0)]
-    assert torch.autograd.gradcheck(f, leaves)
+    assert torch.autograd.gradcheck(f, leaves, fast_mode=True)   # a random projection of the Jacobian (L = 150)
     with pytest.raises(ValueError, match="a: state transitions need magnitudes"):
         gateloop(*ins[:3], lay(a * 1.01), mode="numba")
     q_bad = q.clone()
