@@ -117,9 +117,10 @@ def ptxas_usage(jobs: list[dict], triton_path: str | os.PathLike | None = None) 
 
     A job is ``{"module", "kernel", "constexprs", "capability", "dtype"}`` (``dtype``: the pointers' Triton
     type, e.g. ``"fp32"``) and optionally ``"num_warps"`` (the launch's, default 4); arguments in capitals or
-    named ``stride*`` are ``i32``, the rest pointers. Each result is the job plus ``registers``, ``spill_stores``, ``spill_loads`` (bytes), the ``ptxas`` text,
-    ``dots``, the ``tt.dot`` operations of the kernel's Triton IR (the ones written and the ones the compiler
-    made of other code), and ``triton``, the version that compiled it.
+    named ``stride*`` are ``i32``, the rest pointers. Each result is the job plus ``registers``,
+    ``spill_stores``, ``spill_loads`` (bytes), the ``ptxas`` text, ``dots``, the ``tt.dot`` operations of the
+    kernel's Triton IR (the ones written and the ones the compiler made of other code), and ``triton``, the
+    version that compiled it.
     """
     env = _compile_env(triton_path, TRITON_DUMP_PTXAS_LOG="1", TRITON_ALWAYS_COMPILE="1")
     proc = subprocess.run([sys.executable, "-c", _USAGE_SCRIPT, str(triton_path or "")], input=json.dumps(jobs),
