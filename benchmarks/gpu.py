@@ -214,6 +214,45 @@ def make_row(table: str, name: str, what: str, pass_: str, shape: dict, precisio
     return row
 
 
+def _rows(rows, **match) -> list[dict]:
+    return [r for r in rows if all(r.get(k.rstrip("_")) == v for k, v in match.items())]
+
+
+def _target(what: str, value, limit: float, at_most: bool, note: str | None = None) -> dict:
+    met = None if value is None else (value <= limit if at_most else value >= limit)
+    return {"target": what, "value": value, "limit": limit, "met": met, **({"note": note} if note else {})}
+
+
+def targets(rows: list[dict]) -> list[dict]:
+    """The GPU targets of the kernels, read off the rows: the scan forward at >= 60 % of the peak bandwidth and
+    faster than accelerated-scan at (8, 1536, 16384); GateLoop within 2x of fla's ``chunk_gla`` forward and 2.5x
+    forward + backward at the same precision; the paper's setting at <= 0.5 ms forward + backward. ``met`` is
+    None where the value is unknown (an unknown GPU's share, a peer not installed)."""
+    out = []
+    for r in _rows(rows, table="scan", what="op", pass_="forward"):
+        shape = " ".join(f"{k}={v}" for k, v in r["shape"].items())
+        out.append(_target(f"scan forward, {shape}: share of peak bandwidth", r.get("share_of_peak_bandwidth"),
+                           0.6, at_most=False))
+        for peer in _rows(rows, table="scan", what="peer", pass_="forward", shape=r["shape"]):
+            if r["shape"] == dict(B=8, L=16384, D=1536):
+                out.append(_target(f"scan forward, {shape}: time / {peer['name']}'s", r["ms"] / peer["ms"], 1.0,
+                                   at_most=True))
+    for fla in _rows(rows, table="gateloop", name="fla.chunk_gla", what="peer"):
+        same = _rows(rows, table="gateloop", name="gateloop", what="op", pass_=fla["pass"], shape=fla["shape"],
+                     precision=fla["precision"])
+        ours = same or _rows(rows, table="gateloop", name="gateloop", what="op", pass_=fla["pass"],
+                             shape=fla["shape"], precision="ieee")
+        if ours:
+            note = None if same else ("not the same precision: seqlab ieee (the op takes no precision=), fla "
+                                      + fla["precision"])
+            out.append(_target(f"gateloop {fla['pass']}, L={fla['shape'].get('L')}: time / fla chunk_gla's",
+                               ours[0]["ms"] / fla["ms"], 2.0 if fla["pass"] == "forward" else 2.5, True, note))
+    for r in _rows(rows, table="paper", what="op", pass_="forward+backward"):
+        out.append(_target("the paper's setting (B 4, 64 heads of 1, L 16384) forward + backward, ms", r["ms"], 0.5,
+                           at_most=True))
+    return out
+
+
 def validate_record(record: dict) -> None:
     """Raise ``ValueError`` naming the first field of ``record`` that does not follow the schema."""
     def need(cond, what):
@@ -228,8 +267,11 @@ def validate_record(record: dict) -> None:
          "gpu.peaks: expected null or bandwidth, fp32, tf32, bf16")
     need(isinstance(record.get("software"), dict) and "torch" in record["software"] and "triton" in record["software"],
          "software: expected the torch and triton versions")
-    need(isinstance(record.get("missing"), list) and isinstance(record.get("failures"), list),
-         "missing, failures: expected lists")
+    need(all(isinstance(record.get(k), list) for k in ("missing", "failures", "targets")),
+         "missing, failures, targets: expected lists")
+    for i, t in enumerate(record["targets"]):
+        need(set(t) - {"note"} == {"target", "value", "limit", "met"},
+             f"targets[{i}]: expected target, value, limit, met")
     rows = record.get("rows")
     need(isinstance(rows, list), "rows: expected a list")
     for i, row in enumerate(rows):
@@ -625,7 +667,7 @@ def main(argv=None) -> int:
     gpu = gpu_description(torch.cuda.get_device_properties(0))
     record = {"schema": SCHEMA, "date": datetime.date.today().isoformat(), "gpu": gpu, "software": software(),
               "timing": "median of calls between CUDA events, L2 flushed before each, after one warm-up (cuda_ms)",
-              "missing": [], "failures": [], "rows": []}
+              "missing": [], "failures": [], "rows": [], "targets": []}
     print(f"{gpu['name']} (sm_{gpu['capability'].replace('.', '')}, {gpu['multiprocessors']} SMs); "
           + (f"peaks {gpu['peaks']['bandwidth'] / 1e9:.0f} GB/s, fp32 {gpu['peaks']['fp32'] / 1e12:.1f} TFLOP/s"
              if gpu["peaks"] else gpu["peaks_from"]) + f"; {record['software']}", flush=True)
@@ -641,6 +683,12 @@ def main(argv=None) -> int:
             print(f"missing: {line}", flush=True)
         record["rows"] += rows
         record["missing"] += missing
+    record["targets"] = targets(record["rows"])
+    for t in record["targets"]:
+        value = "unknown" if t["value"] is None else f"{t['value']:.3g}"
+        verdict = {True: "met", False: "NOT met", None: "not measured"}[t["met"]]
+        print(f"target: {t['target']} = {value} (limit {t['limit']}): {verdict}"
+              + (f"; {t['note']}" if "note" in t else ""))
     validate_record(record)
     if not args.no_write:
         path = record_path(gpu["name"], record["date"], args.out)

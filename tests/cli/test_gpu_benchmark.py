@@ -79,7 +79,8 @@ def test_the_peak_table_knows_each_gpu_by_its_torch_name(gpu):
 
 def _record(gpu, peaks, rows):
     return {"schema": gpu.SCHEMA, "date": "2026-11-26", "gpu": {"name": "NVIDIA H100 80GB HBM3", "peaks": peaks},
-            "software": {"torch": "2.11.0", "triton": "3.6.0"}, "missing": [], "failures": [], "rows": rows}
+            "software": {"torch": "2.11.0", "triton": "3.6.0"}, "missing": [], "failures": [], "rows": rows,
+            "targets": gpu.targets(rows)}
 
 
 def test_a_row_carries_its_rates_and_shares_and_the_record_follows_the_schema(gpu, tmp_path):
@@ -106,6 +107,32 @@ def test_a_row_carries_its_rates_and_shares_and_the_record_follows_the_schema(gp
         gpu.validate_record(_record(gpu, None, [row]))
     with pytest.raises(ValueError, match="date"):
         gpu.validate_record(dict(record, date="26/11/2026"))
+
+
+def test_the_targets_are_read_off_the_rows(gpu):
+    peaks = gpu.gpu_peaks("NVIDIA H100 80GB HBM3")[1]
+    big, gl = dict(B=8, L=16384, D=1536), dict(B=4, H=8, L=1024, dk=64, dv=64)
+    work = gpu.scan_work("forward", 8, 16384, 1536)
+    at_60_percent = work.bytes / (0.6 * peaks["bandwidth"]) * 1e3          # ms
+    rows = [gpu.make_row("scan", "linear_scan", "op", "forward", big, "ieee", at_60_percent * 1.01, work, peaks),
+            gpu.make_row("scan", "accelerated_scan.warp", "peer", "forward", big, "ieee", at_60_percent, work, peaks),
+            gpu.make_row("gateloop", "gateloop", "op", "forward", gl, "ieee", 3.0),
+            gpu.make_row("gateloop", "gateloop", "op", "forward", gl, "tf32", 1.9),
+            gpu.make_row("gateloop", "fla.chunk_gla", "peer", "forward", gl, "tf32", 1.0),
+            gpu.make_row("gateloop", "gateloop", "op", "forward+backward", gl, "ieee", 2.4),
+            gpu.make_row("gateloop", "fla.chunk_gla", "peer", "forward+backward", gl, "tf32", 1.0),
+            gpu.make_row("paper", "gateloop", "op", "forward+backward", dict(B=4, H=64, L=16384), "ieee", 0.5)]
+    found = {t["target"]: t for t in gpu.targets(rows)}
+    share = found["scan forward, B=8 L=16384 D=1536: share of peak bandwidth"]
+    assert share["value"] == pytest.approx(0.6 / 1.01) and share["met"] is False
+    assert found["scan forward, B=8 L=16384 D=1536: time / accelerated_scan.warp's"]["met"] is False    # 1.01x slower
+    forward = found["gateloop forward, L=1024: time / fla chunk_gla's"]
+    assert forward["value"] == pytest.approx(1.9) and forward["met"] and "note" not in forward   # tf32 against tf32
+    both = found["gateloop forward+backward, L=1024: time / fla chunk_gla's"]
+    assert both["met"] and "not the same precision" in both["note"]                    # no tf32 row: ieee, said
+    assert found["the paper's setting (B 4, 64 heads of 1, L 16384) forward + backward, ms"]["met"]
+    unknown = gpu.make_row("scan", "linear_scan", "op", "forward", big, "ieee", 1.0, work, None)
+    assert gpu.targets([unknown])[0]["met"] is None                                  # an unknown GPU: not measured
 
 
 def test_gateloop_is_asked_for_every_precision_once_it_takes_one(gpu, monkeypatch):
