@@ -532,7 +532,9 @@ def gateloop_table(peaks, lengths=(1024, 16384), heads=8, d=64, batch=4, table="
                 role = gateloop_role(name)
                 return gateloop_work(role, batch, heads, L, d, d, chunk) if role and d >= 16 else None
 
-            whole = (lambda p: gateloop_work(p, batch, heads, L, d, d, chunk)) if d >= 16 else (lambda p: None)
+            def whole(pass_, L=L):          # small heads run no chunks (the scan, with torch passes beside it)
+                return gateloop_work(pass_, batch, heads, L, d, d, chunk) if d >= 16 else None
+
             rows += kernel_rows(table, fwd_launches, "forward", shape, precision, peaks, work_of, whole("forward"))
             rows += kernel_rows(table, launches, "backward", shape, precision, peaks, work_of, whole("backward"))
             del y, launches, fwd_launches, leaves, a
@@ -598,7 +600,7 @@ def decay_table(peaks, lengths=(1024, 4096, 16384)) -> tuple[list[dict], list[st
                           lambda: decay_attention(q, k, v, decay="multiplicative", log_decay=ld, causal=False))):
             rows.append(make_row("decay", name, "op", "forward", shape, "ieee", cuda_ms(fn)))
             rows.append(make_row("decay", name, "op", "forward+backward", shape, "ieee",
-                                 cuda_ms(lambda fn=fn: torch.autograd.backward(fn(), gy))))
+                                 cuda_ms(lambda fn=fn: torch.autograd.grad(fn(), (q, k, v), gy))))
     return rows, []
 
 
