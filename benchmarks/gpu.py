@@ -16,7 +16,8 @@ L2 cache flushed before it (:func:`cuda_ms`). Two kinds of rows:
 Each row carries the bytes a pass must move and the FLOPs it must do, as formulas of the shapes
 (:func:`scan_work`, :func:`gateloop_work`: the minimum of the algorithm, not what the code happens to
 move), the achieved rate and its share of the GPU's peak (:data:`PEAKS`, by device name; an unknown GPU
-is said to be unknown and gets no share). float32 throughout.
+is said to be unknown and gets no share). float32 throughout. The record ends with the kernels' GPU targets
+read off the rows (:func:`targets`), each met, not met or not measured.
 
 Tables (the shapes of the scan and GateLoop kernels' targets):
 
