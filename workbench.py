@@ -410,7 +410,7 @@ HERE_NEEDS = {"torch": "torch (the node's own CUDA build)", "triton": "triton (t
               "datasets": "datasets", "sklearn": "scikit-learn", "filelock": "filelock", "nbformat": "nbformat",
               "nbval": "nbval", "ipywidgets": "ipywidgets", "ipykernel": "ipykernel", "nbclient": "nbclient"}
 # The GPU benchmarks' peers: optional; without one its rows are left out and the record says so.
-PEERS = {"fla": ("flash-linear-attention", "GateLoop against fla's chunk_gla"),
+PEERS = {"fla": ("fla-core / flash-linear-attention", "GateLoop against fla's chunk_gla"),
          "accelerated_scan": ("accelerated-scan", "the scan against accelerated-scan")}
 
 # Run by the interpreter gpu-check will use: what it holds, as JSON (standard library and torch only).

@@ -450,7 +450,8 @@ def _fla_chunk_gla():
     try:
         from fla.ops.gla import chunk_gla
     except Exception as err:        # not installed, or built for another torch
-        return None, f"flash-linear-attention is not installed or does not import ({type(err).__name__}: {err})"[:300]
+        return None, (f"flash-linear-attention (its kernels: the wheel fla-core) is not installed or does not import "
+                      f"({type(err).__name__}: {err})")[:300]
     return chunk_gla, None
 
 

@@ -214,7 +214,7 @@ def test_gpu_check_here_names_the_wheels_the_interpreter_lacks(wb, monkeypatch, 
     said = capsys.readouterr().out
     assert "torch: not importable" in said and "GPU: unknown (no torch)" in said
     assert f"dependencies and test tools: missing {wb.HERE_NEEDS['torch']}, nbval" in said
-    assert "peer flash-linear-attention (fla): missing" in said
+    assert "peer fla-core / flash-linear-attention (fla): missing" in said
     assert "peer accelerated-scan (accelerated_scan): found" in said
     assert f"lacks {wb.HERE_NEEDS['torch']}, nbval." in said and "--no-index --find-links" in said
     assert "no CUDA GPU here" not in said
