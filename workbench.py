@@ -409,41 +409,110 @@ HERE_NEEDS = {"torch": "torch (the node's own CUDA build)", "triton": "triton (t
               "pytest": "pytest", "numpy": "numpy", "numba": "numba", "plotly": "plotly", "tqdm": "tqdm",
               "datasets": "datasets", "sklearn": "scikit-learn", "filelock": "filelock", "nbformat": "nbformat",
               "nbval": "nbval", "ipywidgets": "ipywidgets", "ipykernel": "ipykernel", "nbclient": "nbclient"}
+# The GPU benchmarks' peers: optional; without one its rows are left out and the record says so.
+PEERS = {"fla": ("fla-core / flash-linear-attention", "GateLoop against fla's chunk_gla"),
+         "accelerated_scan": ("accelerated-scan", "the scan against accelerated-scan")}
+
+# Run by the interpreter gpu-check will use: what it holds, as JSON (standard library and torch only).
+_PROBE = r"""
+import importlib.util, json, platform, sys
+from importlib import metadata
+needs, peers = json.loads(sys.argv[1])
+def version(dist):
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+found = {"python": platform.python_version(), "executable": sys.executable, "platform": platform.platform(),
+         "torch": None, "cuda": None, "triton": version("triton"), "gpu": None, "capability": None,
+         "missing": [m for m in needs if importlib.util.find_spec(m) is None],
+         "peers_missing": [m for m in peers if importlib.util.find_spec(m) is None]}
+try:
+    import torch
+    found["torch"], found["cuda"] = torch.__version__, torch.version.cuda
+    if torch.cuda.is_available():
+        found["gpu"] = torch.cuda.get_device_name()
+        found["capability"] = "%d.%d" % torch.cuda.get_device_capability()
+except Exception as err:
+    found["torch_error"] = "%s: %s" % (type(err).__name__, err)
+print(json.dumps(found))
+"""
 
 
-def missing_here(py: Path) -> list[str]:
-    """The wheels ``py`` lacks for gpu-check (:data:`HERE_NEEDS`), in the order to install them."""
-    probe = ("import importlib.util, json; print(json.dumps([m for m in %r if importlib.util.find_spec(m) is None]))"
-             % list(HERE_NEEDS))
-    done = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, cwd=ROOT)
-    return [HERE_NEEDS[m] for m in json.loads(done.stdout or "[]")] if done.returncode == 0 else list(HERE_NEEDS.values())
+def probe_environment(py: Path) -> dict:
+    """What ``py`` holds: Python, torch and its CUDA, Triton, the GPU (``gpu``: its name, or None without CUDA),
+    the modules of :data:`HERE_NEEDS` and :data:`PEERS` it lacks (``missing``, ``peers_missing``)."""
+    done = subprocess.run([str(py), "-c", _PROBE, json.dumps([list(HERE_NEEDS), list(PEERS)])], capture_output=True,
+                          text=True, cwd=ROOT)
+    if done.returncode != 0:
+        return {"python": None, "executable": str(py), "torch": None, "cuda": None, "triton": None, "gpu": None,
+                "missing": list(HERE_NEEDS), "peers_missing": list(PEERS),
+                "probe_error": done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def locked_version(name: str) -> str | None:
+    """``name``'s version in requirements.lock, or None."""
+    for line in LOCK.read_text().splitlines():
+        if line.startswith(f"{name}=="):
+            return line.split("==")[1].split()[0]
+    return None
+
+
+def describe_environment(found: dict, here: bool) -> list[str]:
+    """The lines gpu-check says before it runs anything: what it found, and with ``--here`` what it skips."""
+    lines = [f"gpu-check{' --here' if here else ''}: {found['executable']}"
+             + (" (this interpreter, as it is)" if here else " (.venv)"),
+             f"  python {found['python']}" + (f" on {found['platform']}" if found.get("platform") else "")]
+    if found.get("probe_error"):
+        lines.append(f"  the interpreter did not run the probe: {found['probe_error'][0]}")
+    torch_line = (f"  torch {found['torch']} (CUDA {found['cuda'] or 'none: a CPU build'})" if found["torch"]
+                  else "  torch: not importable" + (f" ({found['torch_error']})" if found.get("torch_error") else ""))
+    lines.append(torch_line + f"; the pin: {TORCH_PIN}")
+    lines.append(f"  Triton {found['triton'] or 'not installed'}; requirements.lock: {locked_version('triton')}")
+    if found["gpu"]:
+        lines.append(f"  GPU: {found['gpu']} (sm_{found['capability'].replace('.', '')})")
+    else:
+        lines.append("  GPU: none (torch.cuda.is_available() is False)" if found["torch"]
+                     else "  GPU: unknown (no torch)")
+    missing = [HERE_NEEDS[m] for m in found["missing"]]
+    lines.append("  seqlab's dependencies and test tools: " + (f"missing {', '.join(missing)}" if missing
+                                                               else "all found"))
+    for module, (wheel, rows) in PEERS.items():
+        there = module not in found["peers_missing"]
+        lines.append(f"  peer {wheel} ({module}): " + (f"found ({rows} is timed)" if there else
+                                                        f"missing, so no rows of {rows}"))
+    if here:
+        lines.append(f"  --here skips: building .venv, installing {LOCK.name} and the {TORCH_PIN} pin; seqlab is "
+                     f"read from {ROOT} (PYTHONPATH); the versions above are this node's, not the lock's")
+    return lines
 
 
 def gpu_check(args: list[str]) -> int:
-    """On a CUDA machine, one report (printed, and written to ``build/gpu-check.txt``) of: the CUDA-marked tests
-    (every Triton kernel forward and backward against the float64 references at paper sizes, bfloat16
-    included; every lesson run to its end on the GPU), ``benchmarks/gpu.py`` (the scan kernel's bandwidth
-    against the GPU's peak, GateLoop's kernel against fla's ``chunk_gla``, paper 003 Fig. 2) and
-    ``benchmarks/full_profile.py`` (20 and 40 steps of every ``configs/`` experiment, projected to the whole
-    run). Elsewhere it says so and exits 0.
+    """On a CUDA machine, one report (printed, and written to ``build/gpu-check.txt``) of: what the environment
+    holds (Python, torch, CUDA, Triton, the GPU, missing packages and peers), the CUDA-marked tests (every
+    Triton kernel forward and backward against the float64 references at paper sizes, bfloat16 included; every
+    lesson run to its end on the GPU), ``benchmarks/gpu.py`` (every kernel timed alone and every op with its
+    checks, against the GPU's peaks, fla's ``chunk_gla`` and accelerated-scan; its record written to
+    ``benchmarks/results/``) and ``benchmarks/full_profile.py`` (20 and 40 steps of every ``configs/``
+    experiment, projected to the whole run). Elsewhere it says so and exits 0.
 
     ``--here``: run with the interpreter this script was started with, as it is (an offline GPU node's system
     Python and its own CUDA build of torch): no ``.venv``, no lock, no torch pin; seqlab is read from this
-    folder (``PYTHONPATH``). What that interpreter lacks is listed, with the wheels to bring, before anything
-    runs."""
+    folder (``PYTHONPATH``). It stops (exit code 2) where that interpreter lacks one of :data:`HERE_NEEDS`,
+    naming the wheels to bring; a missing peer (:data:`PEERS`) only leaves its rows out."""
     here = "--here" in args
     args = [a for a in args if a != "--here"]
     py = Path(sys.executable) if here else ensure_environment()
-    if here:
-        lacking = missing_here(py)
-        if lacking:
-            print(f"gpu-check --here: {py} lacks {', '.join(lacking)}. Bring their wheels (pip download on a machine "
-                  "with a network, for this Python and platform) and install them with `pip install --no-deps "
-                  "--no-index --find-links WHEELS ...`; see the README's GPU section.")
-            return 2
-    probe = subprocess.run([str(py), "-c", "import torch; print(torch.cuda.get_device_name() "
-                            "if torch.cuda.is_available() else '')"], capture_output=True, text=True, cwd=ROOT)
-    name = probe.stdout.strip()
+    found = probe_environment(py)
+    lines = describe_environment(found, here)
+    print("\n".join(lines), flush=True)
+    if here and found["missing"]:
+        print(f"gpu-check --here: {py} lacks {', '.join(HERE_NEEDS[m] for m in found['missing'])}. Bring their "
+              "wheels (pip download on a machine with a network, for this Python and platform) and install them "
+              "with `pip install --no-deps --no-index --find-links WHEELS ...`; see the README's GPU section.")
+        return 2
+    name = found["gpu"]
     if not name:
         print("gpu-check: no CUDA GPU here (torch.cuda.is_available() is False). On an NVIDIA GPU it runs the "
               "CUDA tests (Triton kernels, lessons), the GPU benchmarks and 20 steps of every configs/ "
@@ -456,8 +525,7 @@ def gpu_check(args: list[str]) -> int:
                              *args]),
              ("GPU benchmarks", [str(py), "benchmarks/gpu.py"]),
              ("full-profile configs", [str(py), "benchmarks/full_profile.py", "--steps", "20"])]
-    report = [f"gpu-check on {name}" + (f" (--here: {py}, its own torch and packages)" if here else "")]
-    print(report[0], flush=True)
+    report = [f"gpu-check on {name}", *lines]
     codes = []
     for title, command in steps:
         print(f"\n== {title}: {' '.join(command[1:])}", flush=True)

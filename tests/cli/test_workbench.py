@@ -150,39 +150,74 @@ def test_an_intel_mac_is_told_why_not(wb, monkeypatch):
         wb.check_platform()
 
 
-def test_gpu_check_without_cuda_says_so_and_exits_0(wb, monkeypatch, capsys):
+@pytest.fixture(scope="module")
+def probed():
+    """What this interpreter holds, as gpu-check's probe (a subprocess that imports torch) finds it: once."""
     import sys
 
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: gpu-check would run the CUDA tests")
+    spec = importlib.util.spec_from_file_location("workbench_probe", ROOT / "workbench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.probe_environment(Path(sys.executable))
+
+
+def test_gpu_check_without_cuda_says_so_and_exits_0(wb, probed, monkeypatch, capsys):
+    import sys
+
     monkeypatch.setattr(wb, "ensure_environment", lambda dev=True: Path(sys.executable))
+    monkeypatch.setattr(wb, "probe_environment", lambda py: probed)
     assert wb.gpu_check([]) == 0
-    assert "no CUDA GPU here" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "no CUDA GPU here" in said and f"gpu-check: {sys.executable} (.venv)" in said and "--here" not in said
 
 
-def test_gpu_check_here_uses_this_interpreter_as_it_is(wb, monkeypatch, capsys):
-    """``gpu-check --here`` (an offline GPU node): no .venv is built; without CUDA it says so and exits 0."""
+def test_gpu_check_here_reports_this_interpreter_as_it_is_and_what_it_skips(wb, probed, monkeypatch, capsys):
+    """``gpu-check --here`` (an offline GPU node): no .venv is built; it says first what it found (Python, torch,
+    CUDA, Triton, the GPU, missing peers) and what --here skips; without CUDA it says so and exits 0."""
+    import platform
+    import sys
+    from importlib import metadata
+
     import torch
 
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU: gpu-check would run the CUDA tests")
-
-    def no_venv(*_, **__):
-        raise AssertionError("--here must not build .venv")
-
-    monkeypatch.setattr(wb, "ensure_environment", no_venv)
+    monkeypatch.setattr(wb, "ensure_environment", lambda *_, **__: pytest.fail("--here must not build .venv"))
+    monkeypatch.setattr(wb, "LOCK", ROOT / "requirements.lock")
+    monkeypatch.setattr(wb, "PEERS", {**wb.PEERS, "seqlab_no_such_peer": ("no-such-peer", "nothing")})
+    found = dict(probed, peers_missing=[*probed["peers_missing"], "seqlab_no_such_peer"])   # as the probe would say
+    monkeypatch.setattr(wb, "probe_environment", lambda py: found if py == Path(sys.executable) else pytest.fail(py))
     assert wb.gpu_check(["--here"]) == 0
-    assert "no CUDA GPU here" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    first = said.splitlines()
+    assert first[0] == f"gpu-check --here: {sys.executable} (this interpreter, as it is)"
+    assert f"python {platform.python_version()}" in first[1]
+    assert f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none: a CPU build'})" in said
+    assert f"Triton {metadata.version('triton')}; requirements.lock: {wb.locked_version('triton')}" in said
+    assert "GPU: none" in said and "dependencies and test tools: all found" in said
+    assert "peer no-such-peer (seqlab_no_such_peer): missing, so no rows of nothing" in said
+    assert f"--here skips: building .venv, installing requirements.lock and the {wb.TORCH_PIN} pin" in said
+    assert said.index("--here skips") < said.index("no CUDA GPU here")      # said up front
 
 
 def test_gpu_check_here_names_the_wheels_the_interpreter_lacks(wb, monkeypatch, capsys):
-    monkeypatch.setattr(wb, "HERE_NEEDS", {**wb.HERE_NEEDS, "seqlab_no_such_module": "no-such-wheel"})
+    """A node's Python without nbval and torch (what the probe above reports, here given): gpu-check stops
+    before running anything, naming the wheels to bring and how."""
+    found = {"python": "3.12.3", "executable": "/usr/bin/python3", "torch": None, "cuda": None, "triton": "3.6.0",
+             "gpu": None, "capability": None, "missing": ["torch", "nbval"], "peers_missing": ["fla"]}
+    monkeypatch.setattr(wb, "probe_environment", lambda py: found)
     monkeypatch.setattr(wb, "ensure_environment", lambda *_, **__: pytest.fail("--here must not build .venv"))
+    monkeypatch.setattr(wb, "LOCK", ROOT / "requirements.lock")
     assert wb.gpu_check(["--here"]) == 2
     said = capsys.readouterr().out
-    assert "lacks no-such-wheel" in said and "--no-index --find-links" in said
+    assert "torch: not importable" in said and "GPU: unknown (no torch)" in said
+    assert f"dependencies and test tools: missing {wb.HERE_NEEDS['torch']}, nbval" in said
+    assert "peer fla-core / flash-linear-attention (fla): missing" in said
+    assert "peer accelerated-scan (accelerated_scan): found" in said
+    assert f"lacks {wb.HERE_NEEDS['torch']}, nbval." in said and "--no-index --find-links" in said
+    assert "no CUDA GPU here" not in said
 
 
 def test_the_install_is_redone_when_the_lock_changes(wb, tmp_path):
