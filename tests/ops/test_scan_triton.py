@@ -56,26 +56,99 @@ def test_triton_forward_and_backward_match_float64_loop(kind, case):
         check(o, r, TOL, f"triton {name} {kind} {case}")
 
 
-def test_triton_several_channel_blocks():
+def test_triton_several_channel_blocks(monkeypatch):
     """D = 20 over blocks of 8 channels: three programs per row, the last one masked."""
     from seqlab.ops.scan.triton import TritonLinearScan
     import seqlab.ops.scan.triton as ks
 
     a, x, h0 = _inputs("complex", 2, 33, 20, False, True)
-    orig = ks.block_d
-    ks.block_d = lambda D: 8
-    try:
-        ins = [_f32(t).requires_grad_() for t in (a, x, h0)]
-        out = TritonLinearScan.apply(*ins, False)
-        out.abs().square().sum().backward()
-    finally:
-        ks.block_d = orig
+    monkeypatch.setattr(ks, "block_d", lambda B, D: 8)
+    ins = [_f32(t).requires_grad_() for t in (a, x, h0)]
+    out = TritonLinearScan.apply(*ins, False)
+    out.abs().square().sum().backward()
     refs = [t.clone().requires_grad_() for t in (a, x, h0)]
     ref = linear_scan_reference(*refs)
     ref.abs().square().sum().backward()
     check(out, ref, TOL, "h")
     for name, o, r in zip(["a", "x", "h0"], ins, refs):
         check(o.grad, r.grad, TOL, f"d{name}")
+
+
+@pytest.fixture
+def small_tiles(monkeypatch):
+    """Tiles of 16 steps and 64 channels: L in {15, 16, 17, 100} and D in {17, 130} cross tile edges in time
+    and in channels at interpreter speed (the GPU tiles are larger; the kernel's code is the same)."""
+    import seqlab.ops.scan.triton as ks
+
+    monkeypatch.setattr(ks, "block_t", lambda BD: 16)
+    monkeypatch.setattr(ks, "block_d", lambda B, D: 64)
+
+
+# (kind, L, D, reverse, with_h0, a's shape: "full", "batch" broadcast (1, L, D) or "time" invariant (D,))
+TILE_EDGES = [
+    ("real", 1, 130, False, False, "full"), ("complex", 1, 17, False, True, "full"),
+    ("complex", 15, 17, True, True, "full"), ("real_a_complex_x", 16, 1, False, True, "time"),
+    ("real", 16, 130, True, True, "time"), ("real", 17, 17, True, True, "batch"),
+    ("complex", 17, 130, False, False, "time"), ("real", 100, 17, False, True, "full"),
+    ("complex", 100, 1, True, True, "batch"), ("real_a_complex_x", 100, 130, True, False, "batch"),
+]
+
+
+@pytest.mark.parametrize("kind, L, D, reverse, with_h0, a_shape", TILE_EDGES, ids=str)
+def test_triton_tiles_match_float64_loop_across_tile_edges(small_tiles, kind, L, D, reverse, with_h0, a_shape):
+    """h, ∂a, ∂x, ∂h0 against the float64 loop, with gates near 0 and near 1 and a reset (see ``_inputs``)."""
+    a, x, h0 = _inputs(kind, 2, L, D, a_shape == "time", with_h0)
+    if a_shape == "batch":
+        a = a[:1]
+    g = _f32(torch.randn(x.shape, dtype=x.dtype)).to(x.dtype)
+
+    def run(mode, cast):
+        ins = [None if t is None else cast(t).detach().requires_grad_() for t in (a, x, h0)]
+        out = linear_scan(ins[0], ins[1], ins[2], reverse=reverse, mode=mode)
+        (out * cast(g).conj()).real.sum().backward()
+        return [out] + [t.grad for t in ins if t is not None]
+
+    ref = run("sequential", lambda t: t)
+    got = run("triton", _f32)
+    for name, o, r in zip(["h", "da", "dx", "dh0"], got, ref):
+        check(o, r, TOL, f"tiled triton {name}")
+
+
+def test_triton_gradcheck_float64_across_a_tile_edge(small_tiles):
+    """Finite differences through two tiles (L = 17 over tiles of 16), both directions."""
+    for kind, reverse in (("real", False), ("complex", True)):
+        a, x, h0 = _inputs(kind, 1, 17, 3, False, True)
+        a = (a * 0.9).requires_grad_()
+        x, h0 = x.requires_grad_(), h0.requires_grad_()
+        assert torch.autograd.gradcheck(lambda a_, x_, h_: linear_scan(a_, x_, h_, reverse=reverse, mode="triton"),
+                                         (a, x, h0), eps=1e-6, atol=1e-7, fast_mode=True)
+
+
+def test_triton_launch_plan_fills_an_h100_and_moves_each_element_once():
+    """B = 8, D = 256, L = 16,384 (float32): at least one program per SM of an H100, at most L / BT tiles
+    scanned one after another by a program, 12 bytes per element forward (a, x in; h out) and 20 backward
+    (a, h, g in; ∂x, ∂a out). The plan is what the launches use; no GPU needed."""
+    from seqlab.ops.scan.triton import launch_plan
+
+    B, L, D = 8, 16384, 256
+    for backward, most_bytes in ((False, 12), (True, 20)):
+        plan = launch_plan(B, L, D, backward=backward)
+        assert plan["programs"] >= 132, plan
+        assert plan["grid"][1] * plan["BD"] >= D and plan["BT"] >= 16, plan
+        assert plan["serial_steps"] <= L / plan["BT"], plan
+        assert plan["bytes_per_element"] <= most_bytes, plan
+    assert launch_plan(B, L, D, complex_=True)["bytes_per_element"] == 24  # two planes each
+
+
+def test_triton_block_d_rule():
+    """Wide blocks where the batch fills the GPU, narrow ones (down to 8 channels) where it does not; never
+    wider than D needs."""
+    from seqlab.ops.scan.triton import block_d
+
+    assert block_d(1024, 256) == 128
+    assert block_d(8, 256) == 8
+    assert block_d(64, 256) == 64  # 64 rows * 4 blocks = 256 programs; 128 wide would give 128 < 132
+    assert block_d(4, 1) == 1 and block_d(4, 5) == 8
 
 
 def test_triton_gradcheck_float64():
@@ -130,9 +203,9 @@ def test_triton_rejects_unsupported_dtype():
 
 _SIG_COMMON = {"L": "i32", "D": "i32", "stride_ab": "i32", "stride_al": "i32", "stride_ad": "i32",
                "stride_xb": "i32", "stride_xl": "i32", "stride_xd": "i32", "stride_h0b": "i32", "stride_h0d": "i32",
-               "BLOCK_D": "constexpr", "COMPLEX_A": "constexpr", "COMPLEX_X": "constexpr", "HAS_H0": "constexpr",
+               "BT": "constexpr", "BD": "constexpr", "COMPLEX_A": "constexpr", "COMPLEX_X": "constexpr", "HAS_H0": "constexpr",
                "REVERSE": "constexpr", "STATE_FP64": "constexpr"}
-_CONST = {"BLOCK_D": 128, "COMPLEX_A": True, "COMPLEX_X": True, "HAS_H0": True, "REVERSE": False, "STATE_FP64": False}
+_CONST = {"BT": 16, "BD": 128, "COMPLEX_A": True, "COMPLEX_X": True, "HAS_H0": True, "REVERSE": False, "STATE_FP64": False}
 
 
 def _fwd_signature(io):
