@@ -24,15 +24,16 @@ def _jobs():
         for phase in (False, True):      # real positive transitions skip the phasors
             configs += [("seqlab.ops.gateloop.triton", k, dict(C=gl.CHUNK, BK=BK, BV=BV, DOT=DOT, PHASE=phase),
                          gl.gateloop_warps(k, DOT)) for k in gl.KERNELS]
-        # the scan's widest branch (complex a and x, an initial state) at the tiles of 8 rows of 128 channels
-        # (B = 8, D = 128 * d: the GPU is filled by narrow blocks) and of B = 1024 rows of d channels
-        for B, D in ((8, 128 * d), (1024, d)):
-            plan = scan.launch_plan(B, 4096, D)
-            configs += [("seqlab.ops.scan.triton", k, dict(BT=plan["BT"], BD=plan["BD"], COMPLEX_A=True, COMPLEX_X=True,
-                                                             HAS_H0=True, REVERSE=False, STATE_FP64=False),
-                         plan["num_warps"]) for k in ("linear_scan_fwd_kernel", "linear_scan_bwd_kernel")]
         configs += [("seqlab.ops.relation.triton", k, dict(BLOCK_H=rel.block_h(d), STATE_FP64=False), 4)
                     for k in ("logcumsumexp_fwd_kernel", "logcumsumexp_bwd_kernel")]
+    # the scan's widest branch (complex a and x, an initial state) at the tiles the launch plan picks: narrow
+    # blocks of 64 steps when few rows must fill the GPU (B = 8, D = 256), 2048-element tiles (the most registers
+    # a thread holds) when a batch of 64 or 1024 rows does
+    for B, D in ((8, 256), (64, 256), (1024, 128)):
+        plan = scan.launch_plan(B, 4096, D)
+        configs += [("seqlab.ops.scan.triton", k, dict(BT=plan["BT"], BD=plan["BD"], COMPLEX_A=True, COMPLEX_X=True,
+                                                         HAS_H0=True, REVERSE=False, STATE_FP64=False),
+                     plan["num_warps"]) for k in ("linear_scan_fwd_kernel", "linear_scan_bwd_kernel")]
     unique = {(m, k, tuple(sorted(c.items())), w): (m, k, c, w) for m, k, c, w in configs}.values()
     return [dict(module=m, kernel=k, constexprs=c, capability=cap, dtype="fp32", num_warps=w)
             for m, k, c, w in unique for cap in CAPABILITIES]
