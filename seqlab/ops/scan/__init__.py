@@ -27,7 +27,7 @@ along dim ``-2`` of ``x`` (``(..., L, D)``), in every equivalent way:
     The loop itself, compiled for the CPU by Numba (``numba.py``): one pass that reads
     ``a`` and ``x`` once and writes ``h`` once, parallel over batch rows and blocks of channels.
 ``triton``
-    A Triton kernel (``triton.py``): sequential in time, parallel over batch and channels.
+    A Triton kernel (``triton.py``): tiles of time steps scanned associatively, parallel over batch and channels.
 ``auto``
     The fastest correct mode for the device: ``triton`` on CUDA, ``numba`` on CPU (``blocked``
     where Numba is missing); see ``benchmarks/scan.py`` for the measurements behind this choice.

@@ -1,15 +1,20 @@
 r"""Triton kernels for ``h_t = a_t h_{t-1} + x_t`` (``seqlab.ops.linear_scan(mode="triton")``).
 
-One program owns ``BLOCK_D`` channels of one batch row and walks the sequence in time, keeping
-the state in registers (float32, or float64 for float64 inputs): every element of ``a`` and ``x`` is
-read once and every ``h`` written once, which is the memory-traffic floor of the scan. Channels past
-``D`` are masked; ``L`` is any length (the time loop has no block). Triton has no complex dtype, so
+One program owns ``BD`` channels of one batch row and walks the sequence in tiles of ``BT`` steps. In a
+tile it loads a ``(BT, BD)`` block of ``(a, x)`` and scans it down the rows with ``tl.associative_scan``
+and GateLoop's operator (eq. 12-13), ``(a1, x1) • (a2, x2) = (a1 a2, a2 x1 + x2)``, giving for every row
+the product of the gates ``A`` and the state ``X`` started from zero; the state carried from the tile
+before enters as ``h = A c + X``, and the last row is carried on. Steps past ``L`` load the identity
+``(1, 0)``, channels past ``D`` are masked. Every element of ``a`` and ``x`` is read once and every ``h``
+written once; ``B * cdiv(D, BD)`` programs run side by side (:func:`block_d` narrows ``BD`` until they
+fill the GPU), with no waiting between programs. Triton has no complex dtype, so
 a complex tensor is passed as two planes, its real and imaginary parts (strided views of
 ``torch.view_as_real``, no copy), and the complex products are written out:
 
     (a_r + i a_i)(h_r + i h_i) = (a_r h_r - a_i h_i) + i (a_r h_i + a_i h_r)
 
-The backward kernel runs the reverse recurrence in the opposite direction (``g = ∂loss/∂h``):
+The backward kernel scans the same tiles in the opposite direction (``g = ∂loss/∂h``), its gates shifted
+by one step and conjugated, and reads ``h`` shifted by one step for ``∂a``:
 
     ∂x_t = g_t + conj(a_{t+1}) ∂x_{t+1},      ∂a_t = ∂x_t conj(h_{t-1})
 
