@@ -1,24 +1,42 @@
 r"""Triton kernels for ``h_t = a_t h_{t-1} + x_t`` (``seqlab.ops.linear_scan(mode="triton")``).
 
-One program owns ``BD`` channels of one batch row and walks the sequence in tiles of ``BT`` steps. In a
-tile it loads a ``(BT, BD)`` block of ``(a, x)`` and scans it down the rows with ``tl.associative_scan``
-and GateLoop's operator (eq. 12-13), ``(a1, x1) • (a2, x2) = (a1 a2, a2 x1 + x2)``, giving for every row
-the product of the gates ``A`` and the state ``X`` started from zero; the state carried from the tile
-before enters as ``h = A c + X``, and the last row is carried on. Steps past ``L`` load the identity
-``(1, 0)``, channels past ``D`` are masked. Every element of ``a`` and ``x`` is read once and every ``h``
-written once; ``B * cdiv(D, BD)`` programs run side by side (:func:`block_d` narrows ``BD`` until they
-fill the GPU), with no waiting between programs. Triton has no complex dtype, so
-a complex tensor is passed as two planes, its real and imaginary parts (strided views of
-``torch.view_as_real``, no copy), and the complex products are written out:
+**Tiles of time.** A program owns ``BD`` channels of one batch row and walks its stretch of the sequence in
+tiles of ``BT`` steps. It loads a ``(BT, BD)`` tile of ``(a, x)`` and scans it down the rows with
+``tl.associative_scan`` and GateLoop's operator (eq. 13), ``(a1, x1) • (a2, x2) = (a1 a2, a2 x1 + x2)``: its
+prefixes (eq. 12) are, for every row, the product ``A`` of the gates so far and the state ``X`` reached from
+zero. The state ``c`` carried in from the tile before enters as ``h = A c + X``, and the last row is carried
+on. Steps past the stretch load the identity pair ``(1, 0)``, so the last row is the last valid state;
+channels past ``D`` are masked. Every element of ``a`` and ``x`` is read once and every ``h`` written once.
+
+**Two launch plans** (:func:`launch_plan`; no program ever waits for another). When ``B * cdiv(D, BD)``
+programs fill the GPU (:func:`block_d` narrows ``BD`` to get there), each program walks all of ``L``: one
+pass. When they cannot (a batch of one while decoding, few channels), the sequence is cut into chunks of
+whole tiles and the scan runs in three launches, *reduce-then-scan*:
+
+1. every (row, channel block, chunk) program reduces its chunk to one pair ``(A_c, X_c)`` (eq. 12 over the
+   chunk: the product of its gates, its end state from zero);
+2. one short scan over those pairs, ``H_c = A_c H_{c-1} + X_c`` from ``H_0 = h0`` (this same forward kernel,
+   ``L`` = the number of chunks), gives the state each chunk starts from;
+3. every chunk is rescanned from its start state, as in the one-pass plan.
+
+``a`` and ``x`` are then read twice (20 bytes per float32 element instead of 12), in exchange for
+``cdiv(L, chunk)`` times more programs and as many times fewer serial tiles per program.
+
+**Complex numbers.** Triton has no complex dtype, so a complex tensor is passed as two planes, its real and
+imaginary parts (copied into contiguous planes before the launch and interleaved after it), and the complex
+products are written out:
 
     (a_r + i a_i)(h_r + i h_i) = (a_r h_r - a_i h_i) + i (a_r h_i + a_i h_r)
 
-The backward kernel scans the same tiles in the opposite direction (``g = ∂loss/∂h``), its gates shifted
-by one step and conjugated, and reads ``h`` shifted by one step for ``∂a``:
+**Backward.** The backward kernel has the same structure, reversed (``g = ∂loss/∂h``): its recurrence runs
+opposite to the forward one, its gates are the forward gates shifted by one step and conjugated (zero at its
+first step, where nothing is carried in), and ``∂a`` reads ``h`` shifted by one step, ``h0`` before the first:
 
     ∂x_t = g_t + conj(a_{t+1}) ∂x_{t+1},      ∂a_t = ∂x_t conj(h_{t-1})
 
-and writes ``∂a`` for every ``(b, t, d)``; broadcast dimensions of ``a`` are summed in torch.
+It writes ``∂a`` for every ``(b, t, d)``; broadcast dimensions of ``a`` are summed in torch, and
+``∂h0 = conj(a_1) ∂x_1``. Long sequences with few programs take the same three launches (chunk pairs of
+``(conj(a_{t+1}), g_t)``, their short scan, the rescan).
 """
 from __future__ import annotations
 
@@ -32,94 +50,164 @@ try:
 except ImportError:  # pragma: no cover - Triton ships for Linux only
     triton = None
 
-__all__ = ["triton_linear_scan", "linear_scan_fwd_kernel", "linear_scan_bwd_kernel"]
+__all__ = ["triton_linear_scan", "linear_scan_fwd_kernel", "linear_scan_bwd_kernel", "linear_scan_chunk_kernel",
+           "launch_plan", "block_d", "block_t", "chunk_tiles"]
 
 if triton is not None:
 
     @triton.jit
     def _combine_real(a1, x1, a2, x2):
-        # GateLoop eq. 12-13: (a1, x1) • (a2, x2) = (a1 a2, a2 x1 + x2), the earlier pair on the left
+        # GateLoop eq. 13: (a1, x1) • (a2, x2) = (a1 a2, a2 x1 + x2), the earlier pair on the left
         return a1 * a2, a2 * x1 + x2
 
     @triton.jit
     def _combine_real_a_complex_x(a1, xr1, xi1, a2, xr2, xi2):
-        # eq. 12-13 with a real a scaling both planes of a complex x
+        # eq. 13 with a real a scaling both planes of a complex x
         return a1 * a2, a2 * xr1 + xr2, a2 * xi1 + xi2
 
     @triton.jit
     def _combine_complex(ar1, ai1, xr1, xi1, ar2, ai2, xr2, xi2):
-        # eq. 12-13 in planes: a1 a2 and a2 x1 + x2 as complex products written out
+        # eq. 13 in planes: a1 a2 and a2 x1 + x2 as complex products written out
         return (ar1 * ar2 - ai1 * ai2, ar1 * ai2 + ai1 * ar2,
                 ar2 * xr1 - ai2 * xi1 + xr2, ar2 * xi1 + ai2 * xr1 + xi2)
 
     @triton.jit
-    def _scan_tile(a_r, a_i, x_r, x_i, c_r, c_i, COMPLEX_A: tl.constexpr, COMPLEX_X: tl.constexpr):
-        """``h = A_cum c + X_cum`` on a ``(BT, BD)`` tile: the prefix pairs of eq. 12-13 down the rows,
-        folded into the carried state ``c = (c_r, c_i)`` (BD,) of the tile before."""
+    def _combine(ar1, ai1, xr1, xi1, ar2, ai2, xr2, xi2, COMPLEX_A: tl.constexpr, COMPLEX_X: tl.constexpr):
+        """eq. 13 on whole vectors (the pair carried from chunk to chunk); unused planes pass through."""
+        if COMPLEX_A:
+            ar, ai, xr, xi = _combine_complex(ar1, ai1, xr1, xi1, ar2, ai2, xr2, xi2)
+        elif COMPLEX_X:
+            ar, xr, xi = _combine_real_a_complex_x(ar1, xr1, xi1, ar2, xr2, xi2)
+            ai = ar
+        else:
+            ar, xr = _combine_real(ar1, xr1, ar2, xr2)
+            ai = ar
+            xi = xr
+        return ar, ai, xr, xi
+
+    @triton.jit
+    def _prefix_pairs(a_r, a_i, x_r, x_i, COMPLEX_A: tl.constexpr, COMPLEX_X: tl.constexpr):
+        """eq. 12 down the rows of a ``(BT, BD)`` tile: for every row the product ``A`` of the gates so far and
+        the state ``X`` reached from zero (unused planes pass through)."""
         if COMPLEX_A:
             A_r, A_i, X_r, X_i = tl.associative_scan((a_r, a_i, x_r, x_i), 0, _combine_complex)
+        elif COMPLEX_X:
+            A_r, X_r, X_i = tl.associative_scan((a_r, x_r, x_i), 0, _combine_real_a_complex_x)
+            A_i = A_r
+        else:
+            A_r, X_r = tl.associative_scan((a_r, x_r), 0, _combine_real)
+            A_i = A_r
+            X_i = X_r
+        return A_r, A_i, X_r, X_i
+
+    @triton.jit
+    def _from_carry(A_r, A_i, X_r, X_i, c_r, c_i, COMPLEX_A: tl.constexpr, COMPLEX_X: tl.constexpr):
+        """``h = A c + X`` (BT, BD): the tile's prefix pairs applied to the state ``c`` (BD,) carried in."""
+        if COMPLEX_A:
             h_r = A_r * c_r[None, :] - A_i * c_i[None, :] + X_r
             h_i = A_r * c_i[None, :] + A_i * c_r[None, :] + X_i
         elif COMPLEX_X:
-            A_r, X_r, X_i = tl.associative_scan((a_r, x_r, x_i), 0, _combine_real_a_complex_x)
             h_r = A_r * c_r[None, :] + X_r
             h_i = A_r * c_i[None, :] + X_i
         else:
-            A_r, X_r = tl.associative_scan((a_r, x_r), 0, _combine_real)
             h_r = A_r * c_r[None, :] + X_r
             h_i = h_r
         return h_r, h_i
 
     @triton.jit
     def _last_row(h, rows, BT: tl.constexpr):
-        """Row ``BT - 1`` of a ``(BT, BD)`` tile: the state carried into the next tile (padding rows past
-        ``L`` hold ``a = 1, x = 0``, so the last row is the last valid state)."""
+        """Row ``BT - 1`` of a ``(BT, BD)`` tile (BD,): what the next tile is carried (rows past the stretch
+        hold the identity pair, so the last row is the last valid one)."""
         return tl.sum(tl.where(rows[:, None] == BT - 1, h, 0.0), axis=0)
+
+    @triton.jit
+    def _fwd_pairs(a_re_ptr, a_im_ptr, x_re_ptr, x_im_ptr, a_base, x_base, stride_al, stride_xl, t, valid, mask_d,
+                   COMPLEX_A: tl.constexpr, COMPLEX_X: tl.constexpr, STATE_FP64: tl.constexpr):
+        """The pairs ``(a_t, x_t)`` (BT, BD) of the rows' times ``t`` (BT,); rows not ``valid`` are ``(1, 0)``."""
+        state_ty = tl.float64 if STATE_FP64 else tl.float32
+        mask = valid[:, None] & mask_d[None, :]  # (BT, BD)
+        a_off = a_base[None, :] + t.to(tl.int64)[:, None] * stride_al  # (BT, BD)
+        x_off = x_base[None, :] + t.to(tl.int64)[:, None] * stride_xl
+        a_r = tl.load(a_re_ptr + a_off, mask=mask, other=1.0).to(state_ty)
+        x_r = tl.load(x_re_ptr + x_off, mask=mask, other=0.0).to(state_ty)
+        a_i = a_r
+        x_i = x_r
+        if COMPLEX_A:
+            a_i = tl.load(a_im_ptr + a_off, mask=mask, other=0.0).to(state_ty)
+        if COMPLEX_X:
+            x_i = tl.load(x_im_ptr + x_off, mask=mask, other=0.0).to(state_ty)
+        return a_r, a_i, x_r, x_i
+
+    @triton.jit
+    def _bwd_pairs(a_re_ptr, a_im_ptr, g_re_ptr, g_im_ptr, a_base, x_base, stride_al, stride_xl, t, t_next, valid,
+                   mask_d, L, COMPLEX_A: tl.constexpr, COMPLEX_X: tl.constexpr, STATE_FP64: tl.constexpr):
+        """The pairs ``(conj(a_{t_next}), g_t)`` (BT, BD) of ``∂x``'s recurrence: gate 0 where ``t_next`` is
+        past the end of the sequence (nothing is carried into the first step), ``(1, 0)`` on rows not ``valid``."""
+        state_ty = tl.float64 if STATE_FP64 else tl.float32
+        mask = valid[:, None] & mask_d[None, :]  # (BT, BD)
+        next_mask = (valid & (t_next >= 0) & (t_next < L))[:, None] & mask_d[None, :]
+        an_off = a_base[None, :] + t_next.to(tl.int64)[:, None] * stride_al  # (BT, BD) a_{t_next}
+        g_off = x_base[None, :] + t.to(tl.int64)[:, None] * stride_xl
+        an_r = tl.load(a_re_ptr + an_off, mask=next_mask, other=0.0).to(state_ty)
+        an_r = tl.where(valid[:, None], an_r, 1.0)
+        g_r = tl.load(g_re_ptr + g_off, mask=mask, other=0.0).to(state_ty)
+        an_i = an_r
+        g_i = g_r
+        if COMPLEX_A:
+            an_i = -tl.load(a_im_ptr + an_off, mask=next_mask, other=0.0).to(state_ty)  # conj
+        if COMPLEX_X:
+            g_i = tl.load(g_im_ptr + g_off, mask=mask, other=0.0).to(state_ty)
+        return an_r, an_i, g_r, g_i
+
+    @triton.jit
+    def _start_state(c_re_ptr, c_im_ptr, c_off, mask_d, HAS_C: tl.constexpr, COMPLEX_X: tl.constexpr,
+                     STATE_FP64: tl.constexpr, BD: tl.constexpr):
+        """The state (BD,) a program starts from: loaded at ``c_off``, or zero."""
+        state_ty = tl.float64 if STATE_FP64 else tl.float32
+        c_r = tl.zeros([BD], dtype=state_ty)
+        c_i = tl.zeros([BD], dtype=state_ty)
+        if HAS_C:
+            c_r = tl.load(c_re_ptr + c_off, mask=mask_d, other=0.0).to(state_ty)
+            if COMPLEX_X:
+                c_i = tl.load(c_im_ptr + c_off, mask=mask_d, other=0.0).to(state_ty)
+        return c_r, c_i
 
     @triton.jit
     def linear_scan_fwd_kernel(
         a_re_ptr, a_im_ptr, x_re_ptr, x_im_ptr, h0_re_ptr, h0_im_ptr, h_re_ptr, h_im_ptr,
-        L, D,
+        L, D, CHUNK,  # CHUNK: the steps one program scans (a multiple of BT; >= L in the one-pass plan)
         stride_ab, stride_al, stride_ad,  # a: (Ba, La, D); 0 where broadcast (time-invariant: stride_al = 0)
         stride_xb, stride_xl, stride_xd,  # x and h: (B, L, D)
-        stride_h0b, stride_h0d,  # h0: (B, D)
+        stride_h0b, stride_h0c, stride_h0d,  # h0: (B, chunks, D), the state each chunk starts from
         BT: tl.constexpr, BD: tl.constexpr, COMPLEX_A: tl.constexpr, COMPLEX_X: tl.constexpr,
         HAS_H0: tl.constexpr, REVERSE: tl.constexpr, STATE_FP64: tl.constexpr,
     ):
-        pid_b = tl.program_id(0)  # batch row
+        pid_b = tl.program_id(0).to(tl.int64)  # batch row
         pid_d = tl.program_id(1)  # block of channels
+        pid_c = tl.program_id(2)  # chunk of time (0 in the one-pass plan)
         offs_d = pid_d * BD + tl.arange(0, BD)  # (BD,)
         mask_d = offs_d < D  # channels past D are masked
         rows = tl.arange(0, BT)  # (BT,) rows of a tile, in scan order
-        state_ty = tl.float64 if STATE_FP64 else tl.float32
-        c_r = tl.zeros([BD], dtype=state_ty)  # (BD,) the state carried from tile to tile
-        c_i = tl.zeros([BD], dtype=state_ty)
-        if HAS_H0:
-            h0_off = pid_b * stride_h0b + offs_d * stride_h0d
-            c_r = tl.load(h0_re_ptr + h0_off, mask=mask_d, other=0.0).to(state_ty)
-            if COMPLEX_X:
-                c_i = tl.load(h0_im_ptr + h0_off, mask=mask_d, other=0.0).to(state_ty)
+        # (BD,) the state carried from tile to tile, starting from this chunk's h0
+        c_r, c_i = _start_state(h0_re_ptr, h0_im_ptr, pid_b * stride_h0b + pid_c * stride_h0c + offs_d * stride_h0d,
+                                mask_d, HAS_H0, COMPLEX_X, STATE_FP64, BD)
         a_base = pid_b * stride_ab + offs_d * stride_ad  # (BD,)
         x_base = pid_b * stride_xb + offs_d * stride_xd  # (BD,)
-        for start in range(0, L, BT):
+        first = pid_c * CHUNK  # the chunk's steps, in scan order: first, ..., end - 1
+        end = tl.minimum(first + CHUNK, L)
+        for start in range(first, end, BT):
             step = start + rows  # (BT,) position in scan order
             if REVERSE:
                 t = L - 1 - step  # (BT,) time index
             else:
                 t = step
-            mask = (step < L)[:, None] & mask_d[None, :]  # (BT, BD)
-            a_off = a_base[None, :] + t[:, None] * stride_al  # (BT, BD)
-            x_off = x_base[None, :] + t[:, None] * stride_xl
-            # masked steps are the identity pair (a, x) = (1, 0)
-            a_r = tl.load(a_re_ptr + a_off, mask=mask, other=1.0).to(state_ty)
-            x_r = tl.load(x_re_ptr + x_off, mask=mask, other=0.0).to(state_ty)
-            a_i = a_r
-            x_i = x_r
-            if COMPLEX_A:
-                a_i = tl.load(a_im_ptr + a_off, mask=mask, other=0.0).to(state_ty)
-            if COMPLEX_X:
-                x_i = tl.load(x_im_ptr + x_off, mask=mask, other=0.0).to(state_ty)
-            h_r, h_i = _scan_tile(a_r, a_i, x_r, x_i, c_r, c_i, COMPLEX_A, COMPLEX_X)
+            valid = step < end  # (BT,)
+            a_r, a_i, x_r, x_i = _fwd_pairs(a_re_ptr, a_im_ptr, x_re_ptr, x_im_ptr, a_base, x_base, stride_al,
+                                            stride_xl, t, valid, mask_d, COMPLEX_A, COMPLEX_X, STATE_FP64)
+            A_r, A_i, X_r, X_i = _prefix_pairs(a_r, a_i, x_r, x_i, COMPLEX_A, COMPLEX_X)  # (BT, BD) eq. 12
+            h_r, h_i = _from_carry(A_r, A_i, X_r, X_i, c_r, c_i, COMPLEX_A, COMPLEX_X)  # h = A c + X
+            x_off = x_base[None, :] + t.to(tl.int64)[:, None] * stride_xl  # (BT, BD)
+            mask = valid[:, None] & mask_d[None, :]
             tl.store(h_re_ptr + x_off, h_r.to(h_re_ptr.dtype.element_ty), mask=mask)
             c_r = _last_row(h_r, rows, BT)
             if COMPLEX_X:
@@ -127,34 +215,93 @@ if triton is not None:
                 c_i = _last_row(h_i, rows, BT)
 
     @triton.jit
+    def linear_scan_chunk_kernel(
+        a_re_ptr, a_im_ptr, x_re_ptr, x_im_ptr, ca_re_ptr, ca_im_ptr, cx_re_ptr, cx_im_ptr,
+        L, D, CHUNK,  # CHUNK: the steps of a chunk (a multiple of BT)
+        stride_ab, stride_al, stride_ad,  # a: (Ba, La, D), 0 where broadcast
+        stride_xb, stride_xl, stride_xd,  # x (g when GRAD): (B, L, D)
+        stride_cb, stride_cc, stride_cd,  # the chunks' pairs (A_c, X_c): (B, chunks, D) each
+        BT: tl.constexpr, BD: tl.constexpr, COMPLEX_A: tl.constexpr, COMPLEX_X: tl.constexpr,
+        GRAD: tl.constexpr, REVERSE: tl.constexpr, STATE_FP64: tl.constexpr,
+    ):
+        """Step 1 of reduce-then-scan: chunk ``c``'s pair ``(A_c, X_c)``, eq. 12 over its steps: the product of
+        its gates and the state it reaches from zero. ``GRAD``: the chunk of ``∂x``'s recurrence instead, whose
+        pairs are ``(conj(a_{t_next}), g_t)`` in the backward kernel's order."""
+        pid_b = tl.program_id(0).to(tl.int64)
+        pid_d = tl.program_id(1)
+        pid_c = tl.program_id(2)
+        offs_d = pid_d * BD + tl.arange(0, BD)  # (BD,)
+        mask_d = offs_d < D
+        rows = tl.arange(0, BT)  # (BT,)
+        state_ty = tl.float64 if STATE_FP64 else tl.float32
+        P_r = tl.full([BD], 1.0, dtype=state_ty)  # (BD,) the chunk's pair so far, from the identity (1, 0)
+        P_i = tl.zeros([BD], dtype=state_ty)
+        S_r = tl.zeros([BD], dtype=state_ty)
+        S_i = tl.zeros([BD], dtype=state_ty)
+        a_base = pid_b * stride_ab + offs_d * stride_ad
+        x_base = pid_b * stride_xb + offs_d * stride_xd
+        first = pid_c * CHUNK
+        end = tl.minimum(first + CHUNK, L)
+        for start in range(first, end, BT):
+            step = start + rows  # (BT,) in the order of the recurrence being summarised
+            valid = step < end
+            if GRAD:
+                if REVERSE:
+                    t = step
+                    t_next = t - 1
+                else:
+                    t = L - 1 - step
+                    t_next = t + 1
+                a_r, a_i, x_r, x_i = _bwd_pairs(a_re_ptr, a_im_ptr, x_re_ptr, x_im_ptr, a_base, x_base, stride_al,
+                                                stride_xl, t, t_next, valid, mask_d, L, COMPLEX_A, COMPLEX_X, STATE_FP64)
+            else:
+                if REVERSE:
+                    t = L - 1 - step
+                else:
+                    t = step
+                a_r, a_i, x_r, x_i = _fwd_pairs(a_re_ptr, a_im_ptr, x_re_ptr, x_im_ptr, a_base, x_base, stride_al,
+                                                stride_xl, t, valid, mask_d, COMPLEX_A, COMPLEX_X, STATE_FP64)
+            A_r, A_i, X_r, X_i = _prefix_pairs(a_r, a_i, x_r, x_i, COMPLEX_A, COMPLEX_X)
+            # the chunk so far • this tile's whole pair (its last row), eq. 13
+            P_r, P_i, S_r, S_i = _combine(P_r, P_i, S_r, S_i, _last_row(A_r, rows, BT), _last_row(A_i, rows, BT),
+                                          _last_row(X_r, rows, BT), _last_row(X_i, rows, BT), COMPLEX_A, COMPLEX_X)
+        c_off = pid_b * stride_cb + pid_c * stride_cc + offs_d * stride_cd  # (BD,)
+        tl.store(ca_re_ptr + c_off, P_r, mask=mask_d)
+        tl.store(cx_re_ptr + c_off, S_r, mask=mask_d)
+        if COMPLEX_A:
+            tl.store(ca_im_ptr + c_off, P_i, mask=mask_d)
+        if COMPLEX_X:
+            tl.store(cx_im_ptr + c_off, S_i, mask=mask_d)
+
+    @triton.jit
     def linear_scan_bwd_kernel(
         a_re_ptr, a_im_ptr, h_re_ptr, h_im_ptr, h0_re_ptr, h0_im_ptr, g_re_ptr, g_im_ptr,
-        dx_re_ptr, dx_im_ptr, da_re_ptr, da_im_ptr,
-        L, D,
+        dx_re_ptr, dx_im_ptr, da_re_ptr, da_im_ptr, c0_re_ptr, c0_im_ptr,
+        L, D, CHUNK,  # CHUNK: the steps one program scans (a multiple of BT; >= L in the one-pass plan)
         stride_ab, stride_al, stride_ad,  # a: (Ba, La, D), 0 where broadcast
         stride_xb, stride_xl, stride_xd,  # h, g, dx, da: (B, L, D)
         stride_h0b, stride_h0d,  # h0: (B, D)
+        stride_cb, stride_cc, stride_cd,  # c0: (B, chunks, D), the ∂x carried into each chunk
         BT: tl.constexpr, BD: tl.constexpr, COMPLEX_A: tl.constexpr, COMPLEX_X: tl.constexpr,
-        HAS_H0: tl.constexpr, REVERSE: tl.constexpr, STATE_FP64: tl.constexpr,
+        HAS_H0: tl.constexpr, HAS_C0: tl.constexpr, REVERSE: tl.constexpr, STATE_FP64: tl.constexpr,
     ):
-        pid_b = tl.program_id(0)
+        pid_b = tl.program_id(0).to(tl.int64)
         pid_d = tl.program_id(1)
+        pid_c = tl.program_id(2)
         offs_d = pid_d * BD + tl.arange(0, BD)  # (BD,)
         mask_d = offs_d < D
         rows = tl.arange(0, BT)  # (BT,) rows of a tile, in the order of the reverse recurrence
-        state_ty = tl.float64 if STATE_FP64 else tl.float32
-        c_r = tl.zeros([BD], dtype=state_ty)  # (BD,) carried ∂x of the step after the tile (zero past the end)
-        c_i = tl.zeros([BD], dtype=state_ty)
-        h0_r = tl.zeros([BD], dtype=state_ty)  # state before the first forward step
-        h0_i = tl.zeros([BD], dtype=state_ty)
-        if HAS_H0:
-            h0_off = pid_b * stride_h0b + offs_d * stride_h0d
-            h0_r = tl.load(h0_re_ptr + h0_off, mask=mask_d, other=0.0).to(state_ty)
-            if COMPLEX_X:
-                h0_i = tl.load(h0_im_ptr + h0_off, mask=mask_d, other=0.0).to(state_ty)
+        # (BD,) carried ∂x of the step after the tile (zero past the end of the sequence)
+        c_r, c_i = _start_state(c0_re_ptr, c0_im_ptr, pid_b * stride_cb + pid_c * stride_cc + offs_d * stride_cd,
+                                mask_d, HAS_C0, COMPLEX_X, STATE_FP64, BD)
+        # (BD,) the state before the first forward step
+        h0_r, h0_i = _start_state(h0_re_ptr, h0_im_ptr, pid_b * stride_h0b + offs_d * stride_h0d, mask_d, HAS_H0,
+                                  COMPLEX_X, STATE_FP64, BD)
         a_base = pid_b * stride_ab + offs_d * stride_ad
         x_base = pid_b * stride_xb + offs_d * stride_xd
-        for start in range(0, L, BT):
+        first = pid_c * CHUNK
+        end = tl.minimum(first + CHUNK, L)
+        for start in range(first, end, BT):
             step = start + rows  # (BT,) walking opposite to the forward scan
             if REVERSE:
                 t = step
@@ -164,32 +311,24 @@ if triton is not None:
                 t = L - 1 - step
                 t_next = t + 1
                 t_prev = t - 1
-            valid = step < L  # (BT,)
-            mask = valid[:, None] & mask_d[None, :]  # (BT, BD)
-            x_off = x_base[None, :] + t[:, None] * stride_xl
-            # ∂x_t = conj(a_{t_next}) ∂x_{t_next} + g_t: the forward recurrence of the reversed sequence, its
-            # gates shifted by one step (zero at the first step, where nothing is carried; one on padding rows)
-            has_next = ((t_next >= 0) & (t_next < L))[:, None] & mask_d[None, :]
-            an_off = a_base[None, :] + t_next[:, None] * stride_al
-            an_r = tl.where(valid[:, None], tl.load(a_re_ptr + an_off, mask=has_next, other=0.0).to(state_ty), 1.0)
-            an_i = an_r
-            if COMPLEX_A:
-                an_i = -tl.load(a_im_ptr + an_off, mask=has_next, other=0.0).to(state_ty)  # conj
-            g_r = tl.load(g_re_ptr + x_off, mask=mask, other=0.0).to(state_ty)
-            g_i = g_r
-            if COMPLEX_X:
-                g_i = tl.load(g_im_ptr + x_off, mask=mask, other=0.0).to(state_ty)
-            d_r, d_i = _scan_tile(an_r, an_i, g_r, g_i, c_r, c_i, COMPLEX_A, COMPLEX_X)
+            valid = step < end  # (BT,)
+            # ∂x_t = conj(a_{t_next}) ∂x_{t_next} + g_t: the forward recurrence of the reversed sequence
+            an_r, an_i, g_r, g_i = _bwd_pairs(a_re_ptr, a_im_ptr, g_re_ptr, g_im_ptr, a_base, x_base, stride_al,
+                                              stride_xl, t, t_next, valid, mask_d, L, COMPLEX_A, COMPLEX_X, STATE_FP64)
+            A_r, A_i, X_r, X_i = _prefix_pairs(an_r, an_i, g_r, g_i, COMPLEX_A, COMPLEX_X)
+            d_r, d_i = _from_carry(A_r, A_i, X_r, X_i, c_r, c_i, COMPLEX_A, COMPLEX_X)  # (BT, BD) ∂x
+            mask = valid[:, None] & mask_d[None, :]
+            x_off = x_base[None, :] + t.to(tl.int64)[:, None] * stride_xl  # (BT, BD)
             tl.store(dx_re_ptr + x_off, d_r.to(dx_re_ptr.dtype.element_ty), mask=mask)
             # ∂a_t = ∂x_t conj(h_{t_prev}), h0 before the first forward step
             has_prev = (t_prev >= 0) & (t_prev < L)  # (BT,)
-            hp_off = x_base[None, :] + t_prev[:, None] * stride_xl
-            hp_mask = has_prev[:, None] & mask_d[None, :]
-            hp_r = tl.load(h_re_ptr + hp_off, mask=hp_mask, other=0.0).to(state_ty)
+            hp_off = x_base[None, :] + t_prev.to(tl.int64)[:, None] * stride_xl
+            hp_mask = (valid & has_prev)[:, None] & mask_d[None, :]
+            hp_r = tl.load(h_re_ptr + hp_off, mask=hp_mask, other=0.0).to(h0_r.dtype)
             hp_r = tl.where(has_prev[:, None], hp_r, h0_r[None, :])
             if COMPLEX_X:
                 tl.store(dx_im_ptr + x_off, d_i.to(dx_im_ptr.dtype.element_ty), mask=mask)
-                hp_i = tl.load(h_im_ptr + hp_off, mask=hp_mask, other=0.0).to(state_ty)
+                hp_i = tl.load(h_im_ptr + hp_off, mask=hp_mask, other=0.0).to(h0_r.dtype)
                 hp_i = tl.where(has_prev[:, None], hp_i, h0_i[None, :])
                 da_r = d_r * hp_r + d_i * hp_i  # Re(∂x conj(h)); the whole ∂a for a real a
                 tl.store(da_re_ptr + x_off, da_r.to(da_re_ptr.dtype.element_ty), mask=mask)
@@ -206,9 +345,8 @@ _SUPPORTED = (torch.float32, torch.bfloat16, torch.float64, torch.complex64, tor
 
 
 def _planes(t: torch.Tensor):
-    """``(real plane, imaginary plane, strides of one plane)``, each plane contiguous (the interpreter copies
-    arguments by their element count, so interleaved views would not do); a real tensor is its own (unused)
-    imaginary plane."""
+    """``(real plane, imaginary plane, strides of one plane)``, each plane contiguous; a real tensor is its
+    own (unused) imaginary plane."""
     if t.is_complex():
         re, im = t.real.contiguous(), t.imag.contiguous()
         return re, im, re.stride()
@@ -224,13 +362,14 @@ TARGET_PROGRAMS = 132  # an H100's SMs (an A100 has 108): at least one program p
 MIN_BLOCK_D = 8  # 8 float32 channels = 32 bytes, one DRAM sector per row of a tile
 MAX_BLOCK_D = 128
 TILE_ELEMENTS = 2048  # elements of one (BT, BD) tile and plane: 16 per thread of 4 warps
+MAX_BLOCK_T = 256
+MIN_CHUNK_TILES = 4  # reduce-then-scan only where every chunk holds at least this many tiles
 
 
 def block_d(B: int, D: int) -> int:
     """The channels one program owns: the widest power of two (up to ``MAX_BLOCK_D``, at most ``D``
     rounded up) that still gives ``B * cdiv(D, BD) >= TARGET_PROGRAMS`` programs, halved down to
-    ``MIN_BLOCK_D`` when ``B`` and ``D`` are too small to fill the GPU. Each program walks all of ``L``,
-    so the programs, not the time steps, are what run side by side."""
+    ``MIN_BLOCK_D`` when ``B`` and ``D`` are too small to fill the GPU."""
     bd = min(MAX_BLOCK_D, triton.next_power_of_2(D))
     while bd > MIN_BLOCK_D and B * triton.cdiv(D, bd) < TARGET_PROGRAMS:
         bd //= 2
@@ -238,24 +377,50 @@ def block_d(B: int, D: int) -> int:
 
 
 def block_t(BD: int) -> int:
-    """The time steps of one tile: ``TILE_ELEMENTS / BD``, between 16 and 64 (tests set it small, so that
-    short sequences cross tile edges in the interpreter)."""
-    return max(16, min(64, TILE_ELEMENTS // BD))
+    """The time steps of one tile: ``TILE_ELEMENTS / BD`` (so every tile holds the same registers and loads as
+    much in flight), between 16 and ``MAX_BLOCK_T``. Tests set it small, so that short sequences cross tile
+    edges in the interpreter."""
+    return max(16, min(MAX_BLOCK_T, TILE_ELEMENTS // BD))
+
+
+def chunk_tiles(programs: int, tiles: int) -> int:
+    """The tiles of time one program scans, given ``programs = B * cdiv(D, BD)`` and ``tiles = cdiv(L, BT)``:
+    all of them (the one-pass plan) when the programs fill the GPU or the sequence is too short to cut into
+    two chunks of ``MIN_CHUNK_TILES``; else as few as give ``TARGET_PROGRAMS`` programs with the chunks
+    (reduce-then-scan), never under ``MIN_CHUNK_TILES``."""
+    if programs >= TARGET_PROGRAMS or tiles < 2 * MIN_CHUNK_TILES:
+        return tiles
+    return max(MIN_CHUNK_TILES, tiles // triton.cdiv(TARGET_PROGRAMS, programs))
 
 
 def launch_plan(B: int, L: int, D: int, *, itemsize: int = 4, complex_: bool = False,
                 backward: bool = False) -> dict:
-    """What one launch of the scan does for ``x (B, L, D)``, without a GPU: its grid and blocks, the tiles
-    each program scans one after another (``serial_steps``), and the bytes it moves per element of ``x``:
-    each element of each tensor is read or written once (forward: ``a, x`` in, ``h`` out; backward:
-    ``a, h, g`` in, ``∂x, ∂a`` out; the shifted rows of ``a`` and ``h`` are the same elements), times two
-    planes for complex tensors."""
+    """What the scan's launches do for ``x (B, L, D)``, without a GPU: the grid of the main kernel
+    ``(B, cdiv(D, BD), chunks)``, its tile ``(BT, BD)`` and warps, the chunk of steps a program scans, the tiles
+    scanned one after another on the critical path (``serial_steps``: one pass ``cdiv(L, BT)``; reduce-then-scan
+    a chunk, the short scan over the chunks, a chunk again), and the bytes moved per element of ``x`` (planes
+    of ``itemsize`` bytes; each element of each tensor read or written once per pass: forward ``a, x`` in and
+    ``h`` out, backward ``a, h, g`` in and ``∂x, ∂a`` out; reduce-then-scan reads ``a`` and ``x`` (or ``g``)
+    once more, plus the chunks' pairs in the state's precision). The copies that split complex tensors into
+    planes and join them back are not counted."""
     BD = block_d(B, D)
     BT = block_t(BD)
-    grid = (B, triton.cdiv(D, BD))
-    tensors = 5 if backward else 3
-    return dict(grid=grid, programs=grid[0] * grid[1], BT=BT, BD=BD, serial_steps=triton.cdiv(L, BT),
-                bytes_per_element=tensors * (2 if complex_ else 1) * itemsize,
+    columns = B * triton.cdiv(D, BD)
+    tiles = triton.cdiv(L, BT)
+    per_chunk = chunk_tiles(columns, tiles)
+    chunks = triton.cdiv(tiles, per_chunk)
+    planes = 2 if complex_ else 1
+    passes = 5 if backward else 3  # tensors read or written once
+    serial = tiles
+    summary_bytes = 0
+    if chunks > 1:
+        passes += 2  # the chunk pairs read a and x (g) once more
+        serial = 2 * per_chunk + triton.cdiv(chunks, BT)
+        # pairs written (2), read by the short scan (2) with its start (1) and end (1) states, starts read (1)
+        summary_bytes = 7 * B * (chunks + 1) * D * planes * max(itemsize, 4)
+    bytes_per_element = (passes * planes * itemsize * B * L * D + summary_bytes) / (B * L * D)
+    return dict(grid=(B, triton.cdiv(D, BD), chunks), programs=columns * chunks, BT=BT, BD=BD,
+                chunk=per_chunk * BT, chunks=chunks, serial_steps=serial, bytes_per_element=bytes_per_element,
                 num_warps=max(1, min(4, BT * BD // 256)))
 
 
@@ -264,10 +429,53 @@ def _h0_planes(h0, like_re, like_im):
     return _planes(h0) if h0 is not None else (like_re, like_im, (0, 0))
 
 
-def _shape_args(a, sa, sx, h0, sh0):
-    """The stride arguments the scan kernels share: a's (0 where broadcast), x's or h's, h0's."""
-    return (sa[0] if a.shape[0] > 1 else 0, sa[1] if a.shape[1] > 1 else 0, sa[2],
-            sx[0], sx[1], sx[2], sh0[0] if h0 is not None and h0.shape[0] > 1 else 0, sh0[1])
+def _a_strides(a, sa):
+    """a's strides, 0 along its broadcast dimensions (a batch of one, a time-invariant ``a``)."""
+    return sa[0] if a.shape[0] > 1 else 0, sa[1] if a.shape[1] > 1 else 0, sa[2]
+
+
+def _chunk_pairs(B, chunks, D, dtype, device, complex_a, complex_x):
+    """Planes ``(B, chunks + 1, D)`` of the chunks' pairs ``(A_c, X_c)`` (rows 1..chunks) and of the states
+    ``H`` (row 0: the start, row c: the state after chunk c), in the state's precision."""
+    def plane():
+        return torch.empty(B, chunks + 1, D, dtype=dtype, device=device)
+
+    A_r, X_r, H_r = plane(), plane(), plane()
+    A_i = plane() if complex_a else A_r
+    X_i, H_i = (plane(), plane()) if complex_x else (X_r, H_r)
+    return A_r, A_i, X_r, X_i, H_r, H_i
+
+
+def _chunk_starts(plan, a_planes, x_planes, sa, sx, L, D, start, flags, grad):
+    """Steps 1 and 2 of reduce-then-scan: the chunks' pairs (``linear_scan_chunk_kernel``), then their short
+    scan from ``start`` (``(re, im)`` planes ``(B, D)`` or ``None`` for zero) by the forward kernel. Returns
+    the planes ``H (B, chunks + 1, D)`` whose row ``c`` is the state chunk ``c`` starts from."""
+    B, chunks = plan["grid"][0], plan["chunks"]
+    state = torch.float64 if flags["STATE_FP64"] else torch.float32
+    A_r, A_i, X_r, X_i, H_r, H_i = _chunk_pairs(B, chunks, D, state, x_planes[0].device, flags["COMPLEX_A"],
+                                                flags["COMPLEX_X"])
+    sc = A_r.stride()
+    warps = plan["num_warps"]
+    linear_scan_chunk_kernel[plan["grid"]](
+        *a_planes, *x_planes, A_r[:, 1:], A_i[:, 1:], X_r[:, 1:], X_i[:, 1:], L, D, plan["chunk"], *sa, *sx, *sc,
+        BT=plan["BT"], BD=plan["BD"], GRAD=grad, num_warps=warps, **flags)
+    if start is None:
+        H_r[:, 0].zero_()
+        H_i[:, 0].zero_()
+    else:
+        H_r[:, 0] = start[0]
+        H_i[:, 0] = start[1]
+    # H_c = A_c H_{c-1} + X_c over the chunks, in the order they were scanned
+    linear_scan_fwd_kernel[plan["grid"][:2] + (1,)](
+        A_r[:, 1:], A_i[:, 1:], X_r[:, 1:], X_i[:, 1:], H_r, H_i, H_r[:, 1:], H_i[:, 1:], chunks, D, chunks,
+        *sc, *sc, sc[0], 0, sc[2], BT=plan["BT"], BD=plan["BD"], HAS_H0=True, num_warps=warps,
+        **{**flags, "REVERSE": False})
+    return H_r, H_i, sc
+
+
+def _flags(a, x, reverse):
+    return dict(COMPLEX_A=a.is_complex(), COMPLEX_X=x.is_complex(), REVERSE=bool(reverse),
+                STATE_FP64=x.dtype in (torch.float64, torch.complex128))
 
 
 def _launch_fwd(a, x, h0, reverse):
@@ -278,11 +486,18 @@ def _launch_fwd(a, x, h0, reverse):
     h_im = torch.empty_like(x_im) if x.is_complex() else h_re
     h0_re, h0_im, sh0 = _h0_planes(h0, x_re, x_im)
     plan = launch_plan(B, L, D)
+    flags = _flags(a, x, reverse)
+    sa = _a_strides(a, sa)
+    if plan["chunks"] > 1:  # reduce-then-scan: every chunk starts from its state in H
+        start = None if h0 is None else (h0_re, h0_im)
+        h0_re, h0_im, sc = _chunk_starts(plan, (a_re, a_im), (x_re, x_im), sa, sx, L, D, start, flags, grad=False)
+        sh0 = sc
+    else:  # one pass: every program starts from h0
+        sh0 = (sh0[0] if h0 is not None and h0.shape[0] > 1 else 0, 0, sh0[1])
     linear_scan_fwd_kernel[plan["grid"]](
-        a_re, a_im, x_re, x_im, h0_re, h0_im, h_re, h_im, L, D, *_shape_args(a, sa, sx, h0, sh0),
-        BT=plan["BT"], BD=plan["BD"], num_warps=plan["num_warps"], COMPLEX_A=a.is_complex(), COMPLEX_X=x.is_complex(), HAS_H0=h0 is not None,
-        REVERSE=bool(reverse), STATE_FP64=x.dtype in (torch.float64, torch.complex128),
-    )
+        a_re, a_im, x_re, x_im, h0_re, h0_im, h_re, h_im, L, D, plan["chunk"], *sa, *sx, *sh0,
+        BT=plan["BT"], BD=plan["BD"], num_warps=plan["num_warps"], HAS_H0=h0 is not None or plan["chunks"] > 1,
+        **flags)
     return _from_planes(h_re, h_im, x.is_complex())
 
 
@@ -295,16 +510,21 @@ def _launch_bwd(a, h, h0, g, reverse):
     dx_im = torch.empty_like(h_im) if h.is_complex() else dx_re
     da_re = torch.empty(h_re.shape, dtype=a_re.dtype, device=h.device)  # ∂a in a's precision
     da_im = torch.empty_like(da_re) if a.is_complex() else da_re
-    if sg != sx:
-        raise RuntimeError("internal: g and h must share strides")
+    if sg != sx or da_re.stride() != sx:
+        raise RuntimeError("internal: g, ∂a and h must share strides")
     h0_re, h0_im, sh0 = _h0_planes(h0, h_re, h_im)
+    sh0 = (sh0[0] if h0 is not None and h0.shape[0] > 1 else 0, sh0[1])
     plan = launch_plan(B, L, D, backward=True)
+    flags = _flags(a, h, reverse)
+    sa = _a_strides(a, sa)
+    c0_re, c0_im, sc = dx_re, dx_im, (0, 0, 0)  # one pass: nothing carried in (unread)
+    if plan["chunks"] > 1:  # reduce-then-scan: the ∂x carried into every chunk, in H
+        c0_re, c0_im, sc = _chunk_starts(plan, (a_re, a_im), (g_re, g_im), sa, sx, L, D, None, flags, grad=True)
     linear_scan_bwd_kernel[plan["grid"]](
-        a_re, a_im, h_re, h_im, h0_re, h0_im, g_re, g_im, dx_re, dx_im, da_re, da_im, L, D,
-        *_shape_args(a, sa, sx, h0, sh0),
-        BT=plan["BT"], BD=plan["BD"], num_warps=plan["num_warps"], COMPLEX_A=a.is_complex(), COMPLEX_X=h.is_complex(), HAS_H0=h0 is not None,
-        REVERSE=bool(reverse), STATE_FP64=h.dtype in (torch.float64, torch.complex128),
-    )
+        a_re, a_im, h_re, h_im, h0_re, h0_im, g_re, g_im, dx_re, dx_im, da_re, da_im, c0_re, c0_im,
+        L, D, plan["chunk"], *sa, *sx, *sh0, *sc,
+        BT=plan["BT"], BD=plan["BD"], num_warps=plan["num_warps"], HAS_H0=h0 is not None,
+        HAS_C0=plan["chunks"] > 1, **flags)
     return _from_planes(dx_re, dx_im, h.is_complex()), _from_planes(da_re, da_im, a.is_complex())
 
 
@@ -349,6 +569,8 @@ def triton_linear_scan(a: torch.Tensor, x: torch.Tensor, h0: torch.Tensor | None
     require_triton("linear_scan", a, x)
     if x.dtype not in _SUPPORTED:
         raise TypeError(f"linear_scan(mode='triton'): x dtype must be one of {_SUPPORTED}, got {x.dtype}")
+    if a.is_complex() and not x.is_complex():
+        raise TypeError(f"linear_scan(mode='triton'): a complex a ({a.dtype}) needs a complex x, got {x.dtype}")
     if x.shape[1] == 0:
         return x.clone()
     x, a = x.contiguous(), a.contiguous()
