@@ -26,14 +26,15 @@ def _jobs():
                          gl.gateloop_warps(k, DOT)) for k in gl.KERNELS]
         configs += [("seqlab.ops.relation.triton", k, dict(BLOCK_H=rel.block_h(d), STATE_FP64=False), 4)
                     for k in ("logcumsumexp_fwd_kernel", "logcumsumexp_bwd_kernel")]
-    # the scan's widest branch (complex a and x, an initial state) at the tiles the launch plan picks: narrow
-    # blocks of 64 steps when few rows must fill the GPU (B = 8, D = 256), 2048-element tiles (the most registers
-    # a thread holds) when a batch of 64 or 1024 rows does
-    for B, D in ((8, 256), (64, 256), (1024, 128)):
-        plan = scan.launch_plan(B, 4096, D)
-        configs += [("seqlab.ops.scan.triton", k, dict(BT=plan["BT"], BD=plan["BD"], COMPLEX_A=True, COMPLEX_X=True,
-                                                         HAS_H0=True, REVERSE=False, STATE_FP64=False),
-                     plan["num_warps"]) for k in ("linear_scan_fwd_kernel", "linear_scan_bwd_kernel")]
+    # the scan's widest branch (complex a and x, an initial state) at the tiles its launch plan picks: every width
+    # of channels (B * D / BD programs fill the GPU) with its 2048-element tile, a warp per 256 elements, so a thread
+    # holds 8 elements of each plane at every tile; reduce-then-scan (B = 1) adds the chunk kernel
+    for B, D in ((8, 256), (16, 256), (32, 256), (64, 256), (1024, 128), (1, 256)):
+        plan = scan.launch_plan(B, 16384, D)
+        tile = dict(BT=plan["BT"], BD=plan["BD"], COMPLEX_A=True, COMPLEX_X=True, STATE_FP64=False, REVERSE=False)
+        kernels = ([("linear_scan_chunk_kernel", dict(GRAD=True))] if plan["chunks"] > 1 else
+                   [("linear_scan_fwd_kernel", dict(HAS_H0=True)), ("linear_scan_bwd_kernel", dict(HAS_H0=True, HAS_C0=True))])
+        configs += [("seqlab.ops.scan.triton", k, {**tile, **c}, plan["num_warps"]) for k, c in kernels]
     unique = {(m, k, tuple(sorted(c.items())), w): (m, k, c, w) for m, k, c, w in configs}.values()
     return [dict(module=m, kernel=k, constexprs=c, capability=cap, dtype="fp32", num_warps=w)
             for m, k, c, w in unique for cap in CAPABILITIES]

@@ -72,20 +72,6 @@ if triton is not None:
                 ar2 * xr1 - ai2 * xi1 + xr2, ar2 * xi1 + ai2 * xr1 + xi2)
 
     @triton.jit
-    def _combine(ar1, ai1, xr1, xi1, ar2, ai2, xr2, xi2, COMPLEX_A: tl.constexpr, COMPLEX_X: tl.constexpr):
-        """eq. 13 on whole vectors (the pair carried from chunk to chunk); unused planes pass through."""
-        if COMPLEX_A:
-            ar, ai, xr, xi = _combine_complex(ar1, ai1, xr1, xi1, ar2, ai2, xr2, xi2)
-        elif COMPLEX_X:
-            ar, xr, xi = _combine_real_a_complex_x(ar1, xr1, xi1, ar2, xr2, xi2)
-            ai = ar
-        else:
-            ar, xr = _combine_real(ar1, xr1, ar2, xr2)
-            ai = ar
-            xi = xr
-        return ar, ai, xr, xi
-
-    @triton.jit
     def _prefix_pairs(a_r, a_i, x_r, x_i, COMPLEX_A: tl.constexpr, COMPLEX_X: tl.constexpr):
         """eq. 12 down the rows of a ``(BT, BD)`` tile: for every row the product ``A`` of the gates so far and
         the state ``X`` reached from zero (unused planes pass through)."""
@@ -119,6 +105,19 @@ if triton is not None:
         """Row ``BT - 1`` of a ``(BT, BD)`` tile (BD,): what the next tile is carried (rows past the stretch
         hold the identity pair, so the last row is the last valid one)."""
         return tl.sum(tl.where(rows[:, None] == BT - 1, h, 0.0), axis=0)
+
+    @triton.jit
+    def _tile_pair(A_r, A_i, X_r, X_i, rows, BT: tl.constexpr, COMPLEX_A: tl.constexpr, COMPLEX_X: tl.constexpr):
+        """The last row of a tile's prefix pairs (BD,): the whole tile's pair (unused planes pass through)."""
+        T_r = _last_row(A_r, rows, BT)
+        U_r = _last_row(X_r, rows, BT)
+        T_i = T_r
+        U_i = U_r
+        if COMPLEX_A:
+            T_i = _last_row(A_i, rows, BT)
+        if COMPLEX_X:
+            U_i = _last_row(X_i, rows, BT)
+        return T_r, T_i, U_r, U_i
 
     @triton.jit
     def _fwd_pairs(a_re_ptr, a_im_ptr, x_re_ptr, x_im_ptr, a_base, x_base, stride_al, stride_xl, t, valid, mask_d,
@@ -262,9 +261,14 @@ if triton is not None:
                 a_r, a_i, x_r, x_i = _fwd_pairs(a_re_ptr, a_im_ptr, x_re_ptr, x_im_ptr, a_base, x_base, stride_al,
                                                 stride_xl, t, valid, mask_d, COMPLEX_A, COMPLEX_X, STATE_FP64)
             A_r, A_i, X_r, X_i = _prefix_pairs(a_r, a_i, x_r, x_i, COMPLEX_A, COMPLEX_X)
-            # the chunk so far • this tile's whole pair (its last row), eq. 13
-            P_r, P_i, S_r, S_i = _combine(P_r, P_i, S_r, S_i, _last_row(A_r, rows, BT), _last_row(A_i, rows, BT),
-                                          _last_row(X_r, rows, BT), _last_row(X_i, rows, BT), COMPLEX_A, COMPLEX_X)
+            T_r, T_i, U_r, U_i = _tile_pair(A_r, A_i, X_r, X_i, rows, BT, COMPLEX_A, COMPLEX_X)  # (BD,) (A, X)
+            # the chunk so far • this tile's pair, eq. 13
+            if COMPLEX_A:
+                P_r, P_i, S_r, S_i = _combine_complex(P_r, P_i, S_r, S_i, T_r, T_i, U_r, U_i)
+            elif COMPLEX_X:
+                P_r, S_r, S_i = _combine_real_a_complex_x(P_r, S_r, S_i, T_r, U_r, U_i)
+            else:
+                P_r, S_r = _combine_real(P_r, S_r, T_r, U_r)
         c_off = pid_b * stride_cb + pid_c * stride_cc + offs_d * stride_cd  # (BD,)
         tl.store(ca_re_ptr + c_off, P_r, mask=mask_d)
         tl.store(cx_re_ptr + c_off, S_r, mask=mask_d)
@@ -361,7 +365,7 @@ def _from_planes(re: torch.Tensor, im: torch.Tensor, complex_: bool) -> torch.Te
 TARGET_PROGRAMS = 132  # an H100's SMs (an A100 has 108): at least one program per SM
 MIN_BLOCK_D = 8  # 8 float32 channels = 32 bytes, one DRAM sector per row of a tile
 MAX_BLOCK_D = 128
-TILE_ELEMENTS = 2048  # elements of one (BT, BD) tile and plane: 16 per thread of 4 warps
+TILE_ELEMENTS = 2048  # elements of one (BT, BD) tile and plane: 8 per thread of 8 warps
 MAX_BLOCK_T = 256
 MIN_CHUNK_TILES = 4  # reduce-then-scan only where every chunk holds at least this many tiles
 
@@ -376,11 +380,12 @@ def block_d(B: int, D: int) -> int:
     return bd
 
 
-def block_t(BD: int) -> int:
+def block_t(BD: int, L: int) -> int:
     """The time steps of one tile: ``TILE_ELEMENTS / BD`` (so every tile holds the same registers and loads as
-    much in flight), between 16 and ``MAX_BLOCK_T``. Tests set it small, so that short sequences cross tile
-    edges in the interpreter."""
-    return max(16, min(MAX_BLOCK_T, TILE_ELEMENTS // BD))
+    much in flight), at most ``MAX_BLOCK_T`` and no more than ``L`` needs (rounded up to a power of two: a short
+    sequence is not scanned through rows of padding), at least 16. Tests set it small, so that short
+    sequences cross tile edges in the interpreter."""
+    return max(16, min(MAX_BLOCK_T, TILE_ELEMENTS // BD, triton.next_power_of_2(L)))
 
 
 def chunk_tiles(programs: int, tiles: int) -> int:
@@ -404,7 +409,7 @@ def launch_plan(B: int, L: int, D: int, *, itemsize: int = 4, complex_: bool = F
     once more, plus the chunks' pairs in the state's precision). The copies that split complex tensors into
     planes and join them back are not counted."""
     BD = block_d(B, D)
-    BT = block_t(BD)
+    BT = block_t(BD, L)
     columns = B * triton.cdiv(D, BD)
     tiles = triton.cdiv(L, BT)
     per_chunk = chunk_tiles(columns, tiles)
@@ -421,7 +426,7 @@ def launch_plan(B: int, L: int, D: int, *, itemsize: int = 4, complex_: bool = F
     bytes_per_element = (passes * planes * itemsize * B * L * D + summary_bytes) / (B * L * D)
     return dict(grid=(B, triton.cdiv(D, BD), chunks), programs=columns * chunks, BT=BT, BD=BD,
                 chunk=per_chunk * BT, chunks=chunks, serial_steps=serial, bytes_per_element=bytes_per_element,
-                num_warps=max(1, min(4, BT * BD // 256)))
+                num_warps=max(1, min(8, BT * BD // 256)))  # a warp per 256 elements: 8 a thread and plane
 
 
 def _h0_planes(h0, like_re, like_im):
