@@ -283,7 +283,8 @@ if triton is not None:
         dx_re_ptr, dx_im_ptr, da_re_ptr, da_im_ptr, c0_re_ptr, c0_im_ptr,
         L, D, CHUNK,  # CHUNK: the steps one program scans (a multiple of BT; >= L in the one-pass plan)
         stride_ab, stride_al, stride_ad,  # a: (Ba, La, D), 0 where broadcast
-        stride_xb, stride_xl, stride_xd,  # h, g, dx, da: (B, L, D)
+        stride_xb, stride_xl, stride_xd,  # h, g, dx: (B, L, D)
+        stride_dab, stride_dal, stride_dad,  # da: (B, L, D) (a real ∂a beside complex planes of h has its own)
         stride_h0b, stride_h0d,  # h0: (B, D)
         stride_cb, stride_cc, stride_cd,  # c0: (B, chunks, D), the ∂x carried into each chunk
         BT: tl.constexpr, BD: tl.constexpr, COMPLEX_A: tl.constexpr, COMPLEX_X: tl.constexpr,
@@ -303,6 +304,7 @@ if triton is not None:
                                   COMPLEX_X, STATE_FP64, BD)
         a_base = pid_b * stride_ab + offs_d * stride_ad
         x_base = pid_b * stride_xb + offs_d * stride_xd
+        da_base = pid_b * stride_dab + offs_d * stride_dad
         first = pid_c * CHUNK
         end = tl.minimum(first + CHUNK, L)
         for start in range(first, end, BT):
@@ -325,6 +327,7 @@ if triton is not None:
             x_off = x_base[None, :] + t.to(tl.int64)[:, None] * stride_xl  # (BT, BD)
             tl.store(dx_re_ptr + x_off, d_r.to(dx_re_ptr.dtype.element_ty), mask=mask)
             # ∂a_t = ∂x_t conj(h_{t_prev}), h0 before the first forward step
+            da_off = da_base[None, :] + t.to(tl.int64)[:, None] * stride_dal  # (BT, BD)
             has_prev = (t_prev >= 0) & (t_prev < L)  # (BT,)
             hp_off = x_base[None, :] + t_prev.to(tl.int64)[:, None] * stride_xl
             hp_mask = (valid & has_prev)[:, None] & mask_d[None, :]
@@ -335,13 +338,13 @@ if triton is not None:
                 hp_i = tl.load(h_im_ptr + hp_off, mask=hp_mask, other=0.0).to(h0_r.dtype)
                 hp_i = tl.where(has_prev[:, None], hp_i, h0_i[None, :])
                 da_r = d_r * hp_r + d_i * hp_i  # Re(∂x conj(h)); the whole ∂a for a real a
-                tl.store(da_re_ptr + x_off, da_r.to(da_re_ptr.dtype.element_ty), mask=mask)
+                tl.store(da_re_ptr + da_off, da_r.to(da_re_ptr.dtype.element_ty), mask=mask)
                 if COMPLEX_A:
                     da_i = d_i * hp_r - d_r * hp_i  # Im(∂x conj(h))
-                    tl.store(da_im_ptr + x_off, da_i.to(da_im_ptr.dtype.element_ty), mask=mask)
+                    tl.store(da_im_ptr + da_off, da_i.to(da_im_ptr.dtype.element_ty), mask=mask)
                 c_i = _last_row(d_i, rows, BT)
             else:
-                tl.store(da_re_ptr + x_off, (d_r * hp_r).to(da_re_ptr.dtype.element_ty), mask=mask)
+                tl.store(da_re_ptr + da_off, (d_r * hp_r).to(da_re_ptr.dtype.element_ty), mask=mask)
             c_r = _last_row(d_r, rows, BT)
 
 
@@ -349,17 +352,13 @@ _SUPPORTED = (torch.float32, torch.bfloat16, torch.float64, torch.complex64, tor
 
 
 def _planes(t: torch.Tensor):
-    """``(real plane, imaginary plane, strides of one plane)``, each plane contiguous; a real tensor is its
-    own (unused) imaginary plane."""
+    """``(real plane, imaginary plane, strides of one plane)``: a complex tensor's real and imaginary parts as
+    strided views of its memory (no copy; strides counted in real elements); a real tensor is its own
+    (unused) imaginary plane."""
     if t.is_complex():
-        re, im = t.real.contiguous(), t.imag.contiguous()
-        return re, im, re.stride()
-    t = t.contiguous()
+        pairs = torch.view_as_real(t.resolve_conj())  # (..., 2)
+        return pairs[..., 0], pairs[..., 1], pairs[..., 0].stride()
     return t, t, t.stride()
-
-
-def _from_planes(re: torch.Tensor, im: torch.Tensor, complex_: bool) -> torch.Tensor:
-    return torch.complex(re, im) if complex_ else re
 
 
 TARGET_PROGRAMS = 132  # an H100's SMs (an A100 has 108): at least one program per SM
@@ -487,8 +486,10 @@ def _launch_fwd(a, x, h0, reverse):
     B, L, D = x.shape
     a_re, a_im, sa = _planes(a)
     x_re, x_im, sx = _planes(x)
-    h_re = torch.empty_like(x_re)
-    h_im = torch.empty_like(x_im) if x.is_complex() else h_re
+    h = torch.empty_like(x)
+    h_re, h_im, sh = _planes(h)
+    if sh != sx:
+        raise RuntimeError("internal: x and h must share strides")
     h0_re, h0_im, sh0 = _h0_planes(h0, x_re, x_im)
     plan = launch_plan(B, L, D)
     flags = _flags(a, x, reverse)
@@ -503,7 +504,7 @@ def _launch_fwd(a, x, h0, reverse):
         a_re, a_im, x_re, x_im, h0_re, h0_im, h_re, h_im, L, D, plan["chunk"], *sa, *sx, *sh0,
         BT=plan["BT"], BD=plan["BD"], num_warps=plan["num_warps"], HAS_H0=h0 is not None or plan["chunks"] > 1,
         **flags)
-    return _from_planes(h_re, h_im, x.is_complex())
+    return h
 
 
 def _launch_bwd(a, h, h0, g, reverse):
@@ -511,12 +512,12 @@ def _launch_bwd(a, h, h0, g, reverse):
     a_re, a_im, sa = _planes(a)
     h_re, h_im, sx = _planes(h)
     g_re, g_im, sg = _planes(g)
-    dx_re = torch.empty_like(h_re)
-    dx_im = torch.empty_like(h_im) if h.is_complex() else dx_re
-    da_re = torch.empty(h_re.shape, dtype=a_re.dtype, device=h.device)  # ∂a in a's precision
-    da_im = torch.empty_like(da_re) if a.is_complex() else da_re
-    if sg != sx or da_re.stride() != sx:
-        raise RuntimeError("internal: g, ∂a and h must share strides")
+    dx = torch.empty_like(h)
+    dx_re, dx_im, sdx = _planes(dx)
+    da = torch.empty(h.shape, dtype=a.dtype, device=h.device)  # ∂a in a's precision, for every (b, t, d)
+    da_re, da_im, sda = _planes(da)
+    if sg != sx or sdx != sx:
+        raise RuntimeError("internal: g, ∂x and h must share strides")
     h0_re, h0_im, sh0 = _h0_planes(h0, h_re, h_im)
     sh0 = (sh0[0] if h0 is not None and h0.shape[0] > 1 else 0, sh0[1])
     plan = launch_plan(B, L, D, backward=True)
@@ -527,10 +528,10 @@ def _launch_bwd(a, h, h0, g, reverse):
         c0_re, c0_im, sc = _chunk_starts(plan, (a_re, a_im), (g_re, g_im), sa, sx, L, D, None, flags, grad=True)
     linear_scan_bwd_kernel[plan["grid"]](
         a_re, a_im, h_re, h_im, h0_re, h0_im, g_re, g_im, dx_re, dx_im, da_re, da_im, c0_re, c0_im,
-        L, D, plan["chunk"], *sa, *sx, *sh0, *sc,
+        L, D, plan["chunk"], *sa, *sx, *sda, *sh0, *sc,
         BT=plan["BT"], BD=plan["BD"], num_warps=plan["num_warps"], HAS_H0=h0 is not None,
         HAS_C0=plan["chunks"] > 1, **flags)
-    return _from_planes(dx_re, dx_im, h.is_complex()), _from_planes(da_re, da_im, a.is_complex())
+    return dx, da
 
 
 def _sum_to(t: torch.Tensor, shape) -> torch.Tensor:
