@@ -33,7 +33,8 @@ def _jobs():
         plan = scan.launch_plan(B, 16384, D)
         tile = dict(BT=plan["BT"], BD=plan["BD"], COMPLEX_A=True, COMPLEX_X=True, STATE_FP64=False, REVERSE=False)
         kernels = ([("linear_scan_chunk_kernel", dict(GRAD=True))] if plan["chunks"] > 1 else
-                   [("linear_scan_fwd_kernel", dict(HAS_H0=True)), ("linear_scan_bwd_kernel", dict(HAS_H0=True, HAS_C0=True))])
+                   [("linear_scan_fwd_kernel", dict(HAS_H0=True)),
+                    ("linear_scan_bwd_kernel", dict(HAS_H0=True, HAS_C0=True))])
         configs += [("seqlab.ops.scan.triton", k, {**tile, **c}, plan["num_warps"]) for k, c in kernels]
     unique = {(m, k, tuple(sorted(c.items())), w): (m, k, c, w) for m, k, c, w in configs}.values()
     return [dict(module=m, kernel=k, constexprs=c, capability=cap, dtype="fp32", num_warps=w)

@@ -2,16 +2,16 @@ r"""Triton kernels for ``h_t = a_t h_{t-1} + x_t`` (``seqlab.ops.linear_scan(mod
 
 **Tiles of time.** A program owns ``BD`` channels of one batch row and walks its stretch of the sequence in
 tiles of ``BT`` steps. It loads a ``(BT, BD)`` tile of ``(a, x)`` and scans it down the rows with
-``tl.associative_scan`` and GateLoop's operator (eq. 13), ``(a1, x1) • (a2, x2) = (a1 a2, a2 x1 + x2)``: its
-prefixes (eq. 12) are, for every row, the product ``A`` of the gates so far and the state ``X`` reached from
-zero. The state ``c`` carried in from the tile before enters as ``h = A c + X``, and the last row is carried
+``tl.associative_scan`` and GateLoop's operator (paper 004, eq. 13),
+``(a1, x1) • (a2, x2) = (a1 a2, a2 x1 + x2)``: its prefixes (eq. 12) are, for every row, the product ``A`` of
+the gates so far and the state ``X`` reached from zero. The state ``c`` carried in from the tile before enters as ``h = A c + X``, and the last row is carried
 on. Steps past the stretch load the identity pair ``(1, 0)``, so the last row is the last valid state;
 channels past ``D`` are masked. Every element of ``a`` and ``x`` is read once and every ``h`` written once.
 
 **Two launch plans** (:func:`launch_plan`; no program ever waits for another). When ``B * cdiv(D, BD)``
 programs fill the GPU (:func:`block_d` narrows ``BD`` to get there), each program walks all of ``L``: one
-pass. When they cannot (a batch of one while decoding, few channels), the sequence is cut into chunks of
-whole tiles and the scan runs in three launches, *reduce-then-scan*:
+pass. When they cannot (a batch of one, as when a prompt is prefilled; few channels), the sequence is cut
+into chunks of whole tiles and the scan runs in three launches, *reduce-then-scan*:
 
 1. every (row, channel block, chunk) program reduces its chunk to one pair ``(A_c, X_c)`` (eq. 12 over the
    chunk: the product of its gates, its end state from zero);
@@ -19,12 +19,11 @@ whole tiles and the scan runs in three launches, *reduce-then-scan*:
    ``L`` = the number of chunks), gives the state each chunk starts from;
 3. every chunk is rescanned from its start state, as in the one-pass plan.
 
-``a`` and ``x`` are then read twice (20 bytes per float32 element instead of 12), in exchange for
-``cdiv(L, chunk)`` times more programs and as many times fewer serial tiles per program.
+``a`` and ``x`` are then read twice (20 bytes per float32 element instead of 12), in exchange for a program
+per chunk, each walking ``chunk`` steps twice instead of all ``L``.
 
 **Complex numbers.** Triton has no complex dtype, so a complex tensor is passed as two planes, its real and
-imaginary parts (copied into contiguous planes before the launch and interleaved after it), and the complex
-products are written out:
+imaginary parts (strided views of ``torch.view_as_real``: no copy), and the complex products are written out:
 
     (a_r + i a_i)(h_r + i h_i) = (a_r h_r - a_i h_i) + i (a_r h_i + a_i h_r)
 
@@ -252,7 +251,8 @@ if triton is not None:
                     t = L - 1 - step
                     t_next = t + 1
                 a_r, a_i, x_r, x_i = _bwd_pairs(a_re_ptr, a_im_ptr, x_re_ptr, x_im_ptr, a_base, x_base, stride_al,
-                                                stride_xl, t, t_next, valid, mask_d, L, COMPLEX_A, COMPLEX_X, STATE_FP64)
+                                                stride_xl, t, t_next, valid, mask_d, L, COMPLEX_A, COMPLEX_X,
+                                                STATE_FP64)
             else:
                 if REVERSE:
                     t = L - 1 - step
@@ -405,8 +405,8 @@ def launch_plan(B: int, L: int, D: int, *, itemsize: int = 4, complex_: bool = F
     a chunk, the short scan over the chunks, a chunk again), and the bytes moved per element of ``x`` (planes
     of ``itemsize`` bytes; each element of each tensor read or written once per pass: forward ``a, x`` in and
     ``h`` out, backward ``a, h, g`` in and ``∂x, ∂a`` out; reduce-then-scan reads ``a`` and ``x`` (or ``g``)
-    once more, plus the chunks' pairs in the state's precision). The copies that split complex tensors into
-    planes and join them back are not counted."""
+    once more, plus the chunks' pairs in the state's precision). Complex tensors are read and written in
+    place as two planes."""
     BD = block_d(B, D)
     BT = block_t(BD, L)
     columns = B * triton.cdiv(D, BD)
