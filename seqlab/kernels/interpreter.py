@@ -65,20 +65,31 @@ def matches_checked_triton(scan_ops) -> bool:
         return False
 
 
-def vectorize_scan(scan_ops=None) -> bool:
-    """Install :func:`scan_by_slices` as ``scan_ops.generic_scan`` (Triton's interpreter ``ScanOps`` when not
-    given) if its internals are the checked ones; returns whether it is installed. Idempotent."""
+def _install(scan_ops) -> bool:
+    """Replace ``scan_ops.generic_scan`` by :func:`scan_by_slices` if its internals are the checked ones."""
     global triton_generic_scan
-    if scan_ops is None:
-        try:
-            from triton.runtime.interpreter import ScanOps as scan_ops
-        except ImportError:  # pragma: no cover - another Triton layout: keep its own scan
-            return False
-    if scan_ops.__dict__.get("generic_scan") is scan_by_slices:
-        return True
     if not matches_checked_triton(scan_ops):
         return False
-    if triton_generic_scan is None:
-        triton_generic_scan = scan_ops.generic_scan
+    triton_generic_scan = scan_ops.generic_scan
     scan_ops.generic_scan = scan_by_slices
     return True
+
+
+_installed = None  # whether Triton's interpreter scans by slices in this process (None: not tried yet)
+
+
+def vectorize_scan(scan_ops=None) -> bool:
+    """Install :func:`scan_by_slices` as ``scan_ops.generic_scan`` if its internals are the checked ones, and
+    say whether it is installed. Without ``scan_ops``: Triton's interpreter ``ScanOps``, tried once per process
+    (so a test that puts Triton's own scan back keeps it)."""
+    global _installed
+    if scan_ops is not None:
+        return _install(scan_ops)
+    if _installed is None:
+        try:
+            from triton.runtime.interpreter import ScanOps
+        except ImportError:  # pragma: no cover - another Triton layout: keep its own scan
+            _installed = False
+        else:
+            _installed = _install(ScanOps)
+    return _installed
