@@ -227,11 +227,14 @@ def test_triton_bfloat16_x_with_float32_decays():
 
 
 def test_triton_rejects_unsupported_dtype():
-    """The kernel wrapper refuses float16 (the op hands it over as float32, see test_op_contract)."""
+    """The kernel wrapper refuses float16 (the op hands it over as float32, see test_op_contract) and a complex
+    ``a`` with a real ``x`` (the kernels would read an imaginary plane of x that is not there)."""
     from seqlab.ops.scan.triton import triton_linear_scan
 
     with pytest.raises(TypeError, match="dtype must be one of"):
         triton_linear_scan(torch.rand(1, 1, 4, dtype=torch.float16), torch.rand(2, 3, 4, dtype=torch.float16), None)
+    with pytest.raises(TypeError, match="complex a .* needs a complex x"):  # the op says so before it gets here
+        triton_linear_scan(torch.rand(1, 1, 4, dtype=torch.complex64), torch.rand(2, 3, 4), None)
 
 
 _SIZES = {"L": "i32", "D": "i32", "CHUNK": "i32", "stride_ab": "i32", "stride_al": "i32", "stride_ad": "i32",

@@ -101,8 +101,8 @@ if triton is not None:
 
     @triton.jit
     def _last_row(h, rows, BT: tl.constexpr):
-        """Row ``BT - 1`` of a ``(BT, BD)`` tile (BD,): what the next tile is carried (rows past the stretch
-        hold the identity pair, so the last row is the last valid one)."""
+        """Row ``BT - 1`` of a ``(BT, BD)`` tile (BD,): what is carried into the next tile (rows past the
+        stretch hold the identity pair, so the last row is the last valid one)."""
         return tl.sum(tl.where(rows[:, None] == BT - 1, h, 0.0), axis=0)
 
     @triton.jit
