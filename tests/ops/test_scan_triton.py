@@ -136,16 +136,16 @@ def test_triton_launch_plan_fills_an_h100_and_moves_each_element_once():
 
 
 def test_triton_block_rules():
-    """Wide blocks where the batch fills the GPU, narrow ones (down to 8 channels) where it does not, never wider
-    than D needs; tiles of 2048 elements, no longer than L needs; chunks only where the programs are too few and
-    L long enough for two chunks of 4 tiles."""
+    """Wide blocks (up to 64 channels) where the batch fills the GPU, narrow ones (down to 8) where it does not,
+    never wider than D needs; tiles of 1024 elements, no longer than L needs; chunks only where the programs are
+    too few and L long enough for two chunks of 4 tiles."""
     from seqlab.ops.scan.triton import block_d, block_t, chunk_tiles
 
-    assert block_d(1024, 256) == 128
+    assert block_d(1024, 256) == 64
     assert block_d(8, 256) == 8
-    assert block_d(64, 256) == 64  # 64 rows * 4 blocks = 256 programs; 128 wide would give 128 < 132
+    assert block_d(32, 256) == 32  # 32 rows * 8 blocks = 256 programs; 64 wide would give 128 < 132
     assert block_d(4, 1) == 1 and block_d(4, 5) == 8
-    assert (block_t(8, 16384), block_t(128, 16384), block_t(64, 20), block_t(64, 1)) == (256, 16, 32, 16)
+    assert (block_t(8, 16384), block_t(64, 16384), block_t(16, 20), block_t(64, 1)) == (128, 16, 32, 16)
     assert chunk_tiles(132, 64) == 64 and chunk_tiles(32, 7) == 7  # enough programs; too short to cut
     assert chunk_tiles(32, 64) == 12 and chunk_tiles(1, 64) == 4  # 32 * cdiv(64, 12) = 192; at least 4 tiles
 

@@ -27,9 +27,9 @@ def _jobs():
         configs += [("seqlab.ops.relation.triton", k, dict(BLOCK_H=rel.block_h(d), STATE_FP64=False), 4)
                     for k in ("logcumsumexp_fwd_kernel", "logcumsumexp_bwd_kernel")]
     # the scan's widest branch (complex a and x, an initial state) at the tiles its launch plan picks: every width
-    # of channels (B * D / BD programs fill the GPU) with its 2048-element tile, a warp per 256 elements, so a thread
-    # holds 8 elements of each plane at every tile; reduce-then-scan (B = 1) adds the chunk kernel
-    for B, D in ((8, 256), (16, 256), (32, 256), (64, 256), (1024, 128), (1, 256)):
+    # of channels (B * D / BD programs fill the GPU) with its 1024-element tile, a warp per 128 elements, so a thread
+    # holds 4 elements of each plane at every tile; reduce-then-scan (B = 1) adds the chunk kernel
+    for B, D in ((8, 256), (16, 256), (32, 256), (64, 256), (1, 256)):
         plan = scan.launch_plan(B, 16384, D)
         tile = dict(BT=plan["BT"], BD=plan["BD"], COMPLEX_A=True, COMPLEX_X=True, STATE_FP64=False, REVERSE=False)
         kernels = ([("linear_scan_chunk_kernel", dict(GRAD=True))] if plan["chunks"] > 1 else

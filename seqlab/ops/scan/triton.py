@@ -363,9 +363,12 @@ def _planes(t: torch.Tensor):
 
 TARGET_PROGRAMS = 132  # an H100's SMs (an A100 has 108): at least one program per SM
 MIN_BLOCK_D = 8  # 8 float32 channels = 32 bytes, one DRAM sector per row of a tile
-MAX_BLOCK_D = 128
-TILE_ELEMENTS = 2048  # elements of one (BT, BD) tile and plane: 8 per thread of 8 warps
-MAX_BLOCK_T = 256
+MAX_BLOCK_D = 64  # 256 bytes of float32 a row
+# elements of one (BT, BD) tile and plane: 4 a thread of 8 warps. A thread's registers, not the tile, set the limit:
+# with 8 a thread (2048-element tiles of 8 warps) Triton 3.6's backward needs 253-255 registers and its chunk kernel
+# spills on sm_90; 16 warps cap a thread at 128 registers, where its backward spills (tests/ops/test_triton_spills.py)
+TILE_ELEMENTS = 1024
+MAX_BLOCK_T = TILE_ELEMENTS // MIN_BLOCK_D
 MIN_CHUNK_TILES = 4  # reduce-then-scan only where every chunk holds at least this many tiles
 
 
@@ -425,7 +428,7 @@ def launch_plan(B: int, L: int, D: int, *, itemsize: int = 4, complex_: bool = F
     bytes_per_element = (passes * planes * itemsize * B * L * D + summary_bytes) / (B * L * D)
     return dict(grid=(B, triton.cdiv(D, BD), chunks), programs=columns * chunks, BT=BT, BD=BD,
                 chunk=per_chunk * BT, chunks=chunks, serial_steps=serial, bytes_per_element=bytes_per_element,
-                num_warps=max(1, min(8, BT * BD // 256)))  # a warp per 256 elements: 8 a thread and plane
+                num_warps=max(1, min(8, BT * BD // 128)))  # a warp per 128 elements: 4 a thread and plane
 
 
 def _h0_planes(h0, like_re, like_im):
