@@ -239,7 +239,7 @@ def test_triton_rejects_unsupported_dtype():
 
 _SIZES = {"L": "i32", "D": "i32", "CHUNK": "i32", "stride_ab": "i32", "stride_al": "i32", "stride_ad": "i32",
           "stride_xb": "i32", "stride_xl": "i32", "stride_xd": "i32"}
-_CONST = {"BT": 32, "BD": 64, "COMPLEX_A": True, "COMPLEX_X": True, "STATE_FP64": False}
+_CONST = {"BT": 16, "BD": 64, "COMPLEX_A": True, "COMPLEX_X": True, "STATE_FP64": False}
 
 
 def _signature(kernel, io):
