@@ -24,12 +24,18 @@ def _jobs():
         for phase in (False, True):      # real positive transitions skip the phasors
             configs += [("seqlab.ops.gateloop.triton", k, dict(C=gl.CHUNK, BK=BK, BV=BV, DOT=DOT, PHASE=phase),
                          gl.gateloop_warps(k, DOT)) for k in gl.KERNELS]
-        # the scan's widest branch: complex a and x, an initial state
-        configs += [("seqlab.ops.scan.triton", k, dict(BLOCK_D=scan.block_d(d), COMPLEX_A=True, COMPLEX_X=True,
-                                                         HAS_H0=True, REVERSE=False, STATE_FP64=False), 4)
-                    for k in ("linear_scan_fwd_kernel", "linear_scan_bwd_kernel")]
         configs += [("seqlab.ops.relation.triton", k, dict(BLOCK_H=rel.block_h(d), STATE_FP64=False), 4)
                     for k in ("logcumsumexp_fwd_kernel", "logcumsumexp_bwd_kernel")]
+    # the scan's widest branch (complex a and x, an initial state) at the tiles its launch plan picks: every width
+    # of channels (B * D / BD programs fill the GPU) with its 1024-element tile, a warp per 128 elements, so a thread
+    # holds 4 elements of each plane at every tile; reduce-then-scan (B = 1) adds the chunk kernel
+    for B, D in ((8, 256), (16, 256), (32, 256), (64, 256), (1, 256)):
+        plan = scan.launch_plan(B, 16384, D)
+        tile = dict(BT=plan["BT"], BD=plan["BD"], COMPLEX_A=True, COMPLEX_X=True, STATE_FP64=False, REVERSE=False)
+        kernels = ([("linear_scan_chunk_kernel", dict(GRAD=True))] if plan["chunks"] > 1 else
+                   [("linear_scan_fwd_kernel", dict(HAS_H0=True)),
+                    ("linear_scan_bwd_kernel", dict(HAS_H0=True, HAS_C0=True))])
+        configs += [("seqlab.ops.scan.triton", k, {**tile, **c}, plan["num_warps"]) for k, c in kernels]
     unique = {(m, k, tuple(sorted(c.items())), w): (m, k, c, w) for m, k, c, w in configs}.values()
     return [dict(module=m, kernel=k, constexprs=c, capability=cap, dtype="fp32", num_warps=w)
             for m, k, c, w in unique for cap in CAPABILITIES]

@@ -27,7 +27,10 @@ along dim ``-2`` of ``x`` (``(..., L, D)``), in every equivalent way:
     The loop itself, compiled for the CPU by Numba (``numba.py``): one pass that reads
     ``a`` and ``x`` once and writes ``h`` once, parallel over batch rows and blocks of channels.
 ``triton``
-    A Triton kernel (``triton.py``): sequential in time, parallel over batch and channels.
+    Triton kernels (``triton.py``): each program scans ``(BT, BD)`` tiles of ``(a, x)`` down the time axis with
+    the associative operator above and carries the last row into its next tile; parallel over batch and
+    blocks of channels, and over chunks of time (reduce-then-scan: chunk pairs, a short scan over them, a
+    rescan) where batch and channels alone are too few to fill the GPU.
 ``auto``
     The fastest correct mode for the device: ``triton`` on CUDA, ``numba`` on CPU (``blocked``
     where Numba is missing); see ``benchmarks/scan.py`` for the measurements behind this choice.
@@ -47,7 +50,7 @@ when ``reverse=True``, where ``h_t = a_t h_{t+1} + x_t``). ``bfloat16``/``float1
 computed with a float32 state and returned in their dtype (their ``a``/``h0`` may be float32).
 
 Files: ``reference.py`` (the loop, float64 ground truth), ``doubling.py``, ``associative.py``,
-``blocked.py`` (the torch forms), ``numba.py`` (the compiled loop), ``triton.py`` (the GPU kernel),
+``blocked.py`` (the torch forms), ``numba.py`` (the compiled loop), ``triton.py`` (the GPU kernels),
 ``autograd.py`` (the shared backward), ``_common.py`` (helpers of the forms).
 """
 from __future__ import annotations
