@@ -60,6 +60,10 @@ def require_triton(op: str, *tensors: torch.Tensor) -> None:
             f"{op}(mode='triton'): CPU tensors need Triton's interpreter; set TRITON_INTERPRET=1 before importing seqlab, "
             "or move the tensors to a CUDA device"
         )
+    if interpreted():
+        from seqlab.kernels.interpreter import vectorize_scan
+
+        vectorize_scan()
 
 
 def fast_backend(device: torch.device | str) -> str | None:
