@@ -119,9 +119,9 @@ if triton is not None:
             has_next = (t + 1 < L)[:, None] & mask  # (BT, BH) t + 1 is a step of the sequence
             off = base[None, :] + t[:, None] * stride_l  # (BT, BH)
             y = tl.load(y_ptr + off, mask=mask, other=0.0).to(state_ty)  # (BT, BH) y_t
-            y_next = tl.load(y_ptr + off + stride_l, mask=has_next, other=0.0).to(state_ty)  # (BT, BH) y_{t+1}
-            # exp(y_t - y_{t+1}) in [0, 1], 0 at t = L - 1; y_{t+1} = -inf (then y_t = -inf) is read as 0: no NaN
-            gate = tl.where(has_next, tl.exp(y - _log0_as_0(y_next)), 0.0)
+            # y_{t+1}, +inf past the end (nothing after t = L - 1: gate 0); -inf (then y_t = -inf) read as 0: no NaN
+            y_next = tl.load(y_ptr + off + stride_l, mask=has_next, other=float("inf")).to(state_ty)  # (BT, BH)
+            gate = tl.exp(y - _log0_as_0(y_next))  # (BT, BH) exp(y_t - y_{t+1}) in [0, 1]
             g = tl.load(g_ptr + off, mask=mask, other=0.0).to(state_ty)  # (BT, BH) g_t
             gates, r = tl.associative_scan((gate, g), 0, _combine_decay)  # (BT, BH) R_t with R after the tile = 0
             r = r + gates * c[None, :]  # R_t = g_t + exp(y_t - y_{t+1}) R_{t+1}, the carried R_{t+1} folded in
