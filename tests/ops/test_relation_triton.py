@@ -136,13 +136,15 @@ def test_triton_launch_plan_fills_an_h100_and_moves_each_element_once():
 
 def test_triton_block_rule():
     """Wide blocks where the batch fills the GPU, narrow ones (down to 8 features) where it does not, never
-    wider than H needs; tiles of at most 2048 elements, 16 to 64 steps."""
+    wider than H needs (or 8); tiles of at most 2048 elements, 16 to 64 steps."""
     rel = _kernels()
     assert rel.block_h(1024, 256) == 128
     assert rel.block_h(8, 256) == 8
     assert rel.block_h(64, 256) == 64  # 64 rows * 4 blocks = 256 programs; 128 wide would give 128 < 132
-    assert rel.block_h(4, 1) == 1 and rel.block_h(4, 5) == 8
-    assert [rel.block_t(bh) for bh in (1, 8, 32, 64, 128)] == [64, 64, 64, 32, 16]
+    assert rel.block_h(4, 1) == 8 and rel.block_h(4, 5) == 8 and rel.block_h(1024, 3) == 8  # one sector a row
+    assert [rel.block_t(bh) for bh in (8, 16, 32, 64, 128)] == [64, 64, 64, 32, 16]
+    tiles = {(p["BT"], p["BH"]) for B in (1, 8, 64, 1024) for H in range(1, 300) for p in [rel.launch_plan(B, 1, H)]}
+    assert tiles == {(64, 8), (64, 16), (64, 32), (32, 64), (16, 128)}  # what test_triton_spills.py compiles
 
 
 def test_triton_refusals():

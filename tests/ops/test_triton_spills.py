@@ -28,8 +28,12 @@ def _jobs():
         configs += [("seqlab.ops.scan.triton", k, dict(BLOCK_D=scan.block_d(d), COMPLEX_A=True, COMPLEX_X=True,
                                                          HAS_H0=True, REVERSE=False, STATE_FP64=False), 4)
                     for k in ("linear_scan_fwd_kernel", "linear_scan_bwd_kernel")]
-        configs += [("seqlab.ops.relation.triton", k, dict(BLOCK_H=rel.block_h(d), STATE_FP64=False), 4)
-                    for k in ("logcumsumexp_fwd_kernel", "logcumsumexp_bwd_kernel")]
+    # the relation op's log-cumsum-exp at every tile its launch plan may pick: blocks of 8 to 128 features (a batch
+    # of 1024 rows keeps BH = H; smaller batches narrow BH to one of these), each with its BT and warps
+    for i in range((rel.MAX_BLOCK_H // rel.MIN_BLOCK_H).bit_length()):
+        plan = rel.launch_plan(1024, 4096, rel.MIN_BLOCK_H << i)
+        configs += [("seqlab.ops.relation.triton", k, dict(BT=plan["BT"], BH=plan["BH"], STATE_FP64=False),
+                     plan["num_warps"]) for k in ("logcumsumexp_fwd_kernel", "logcumsumexp_bwd_kernel")]
     unique = {(m, k, tuple(sorted(c.items())), w): (m, k, c, w) for m, k, c, w in configs}.values()
     return [dict(module=m, kernel=k, constexprs=c, capability=cap, dtype="fp32", num_warps=w)
             for m, k, c, w in unique for cap in CAPABILITIES]

@@ -25,8 +25,8 @@ decreases along the sequence, so with ``R_i = sum_{j>=i} g_j exp(y_i - y_j)`` (e
     backward: R_i = g_i + exp(y_i - y_{i+1}) R_{i+1},   dp_i = exp(p_i - y_i) R_i
 
 a reverse linear recurrence whose coefficients lie in [0, 1]: stable for any input scale. The backward
-kernel scans the same tiles from the end of the sequence with GateLoop's operator (eq. 12-13 of the
-GateLoop paper), ``(a1, x1) • (a2, x2) = (a1 a2, a2 x1 + x2)``, its gates ``exp(y_i - y_{i+1})`` read from
+kernel scans the same tiles from the end of the sequence with GateLoop's operator (004 eq. 12-13),
+``(a1, x1) • (a2, x2) = (a1 a2, a2 x1 + x2)``, its gates ``exp(y_i - y_{i+1})`` read from
 ``y`` and ``y`` shifted by one step. A key ``p_i = -inf`` adds ``e^{p_i} = 0`` to every sum, so its
 gradient is 0, as in the float64 reference (000 eq. 8, which sums ``exp(p_i + q_j)`` itself); where
 ``y_i = -inf`` too (only such keys so far) the kernel reads ``y_i`` as 0 rather than form ``0 / 0``.
@@ -69,8 +69,8 @@ if triton is not None:
 
     @triton.jit
     def _last_row(v, rows, BT: tl.constexpr):
-        """Row ``BT - 1`` of a ``(BT, BH)`` tile: what is carried into the next tile (padding rows past the end
-        hold the identity, so in the last tile it is the last valid step's)."""
+        """Row ``BT - 1`` of a ``(BT, BH)`` tile: what is carried into the next tile (only the last tile has
+        padding rows past the end of the sequence, and what it carries is not read)."""
         return tl.sum(tl.where(rows[:, None] == BT - 1, v, 0.0), axis=0)
 
     @triton.jit
@@ -93,7 +93,7 @@ if triton is not None:
             mask = (t < L)[:, None] & mask_h[None, :]  # (BT, BH)
             off = base[None, :] + t[:, None] * stride_l  # (BT, BH)
             p = tl.load(p_ptr + off, mask=mask, other=float("-inf")).to(state_ty)  # (BT, BH); padding: log 0
-            y = _logaddexp(c[None, :], tl.associative_scan(p, 0, _logaddexp))  # (BT, BH) y_t = c ⊕ p_start ⊕ .. ⊕ p_t
+            y = _logaddexp(c[None, :], tl.associative_scan(p, 0, _logaddexp))  # (BT, BH) c ⊕ p_start ⊕ .. ⊕ p_t
             tl.store(y_ptr + off, y.to(y_ptr.dtype.element_ty), mask=mask)
             c = _last_row(y, rows, BT)
 
@@ -132,17 +132,18 @@ if triton is not None:
 
 
 TARGET_PROGRAMS = 132  # an H100's SMs (an A100 has 108): at least one program per SM
-MIN_BLOCK_H = 8  # 8 float32 features = 32 bytes, one DRAM sector per row of a tile
+MIN_BLOCK_H = 8  # 8 float32 features = 32 bytes, one DRAM sector per row of a tile (fewer features are masked)
 MAX_BLOCK_H = 128
 TILE_ELEMENTS = 2048  # elements of one (BT, BH) tile: 16 per thread of 4 warps
 
 
 def block_h(B: int, H: int) -> int:
     """The features one program owns: the widest power of two (up to ``MAX_BLOCK_H``, at most ``H`` rounded
-    up) that still gives ``B * cdiv(H, BH) >= TARGET_PROGRAMS`` programs, halved down to ``MIN_BLOCK_H``
-    when ``B`` and ``H`` are too small to fill the GPU. Each program walks all of ``L``, so the programs,
-    not the time steps, are what run side by side."""
-    bh = min(MAX_BLOCK_H, triton.next_power_of_2(max(H, 1)))
+    up, at least ``MIN_BLOCK_H``) that still gives ``B * cdiv(H, BH) >= TARGET_PROGRAMS`` programs, halved
+    down to ``MIN_BLOCK_H`` when ``B`` and ``H`` are too small to fill the GPU. Each program walks all of
+    ``L``, so the programs, not the time steps, are what run side by side. Five tiles in all, each compiled
+    in CI (``tests/ops/test_triton_spills.py``)."""
+    bh = max(MIN_BLOCK_H, min(MAX_BLOCK_H, triton.next_power_of_2(H)))
     while bh > MIN_BLOCK_H and B * triton.cdiv(H, bh) < TARGET_PROGRAMS:
         bh //= 2
     return bh
