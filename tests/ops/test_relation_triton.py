@@ -1,6 +1,6 @@
 """ops.relation(mode="triton"): the time-tiled log-domain prefix-sum kernels under TRITON_INTERPRET, forward and
-backward, against the float64 references, across tile edges; and their launch plan. (Every tile the plan may
-pick is compiled for sm_80 / sm_90 in ``test_triton_spills.py``.)"""
+backward, against the float64 references, across tile edges; and their launch plan. (``test_triton_spills.py``
+compiles them for sm_80 / sm_90 at every width of features the plan may pick.)"""
 import importlib
 
 import pytest
@@ -24,7 +24,7 @@ def small_tiles(monkeypatch):
     """Tiles of 16 steps and 16 features: L in {15, 16, 17, 100} and H = 17 or 20 cross tile edges in time and
     in features at interpreter speed (the GPU tiles are larger; the kernels' code is the same)."""
     rel = _kernels()
-    monkeypatch.setattr(rel, "block_t", lambda BH: 16)
+    monkeypatch.setattr(rel, "block_t", lambda BH, L: 16)
     monkeypatch.setattr(rel, "block_h", lambda B, H: 16)
 
 
@@ -66,12 +66,13 @@ def test_triton_extreme_keys_and_float64(small_tiles):
     check(torch.autograd.grad(out32.sum(), p32)[0], gr.float(), 1e-5, "float32 triton gradient, keys +-80")
 
 
-def test_triton_logcumsumexp_keys_beyond_exp_range(small_tiles):
-    """Keys of +-1000 (e^1000 overflows float64 too) and keys that jump by 1000 from one step to the next, at a
-    width that crosses the feature block (H = 17): y and dp against torch's float64 logcumsumexp and its
-    gradient."""
+def test_triton_logcumsumexp_keys_beyond_exp_range():
+    """Keys of +-1000 (e^1000 overflows float64 too) and keys that jump by 2000 from one step to the next, at the
+    tile the launch plan picks (64 steps, 31 of them padding; blocks of 8 features, H = 17 over three): y and dp
+    against torch's float64 logcumsumexp and its gradient."""
+    assert _kernels().launch_plan(1, 33, 17)["BT"] == 64 and _kernels().launch_plan(1, 33, 17)["BH"] == 8
     p = torch.rand(1, 33, 17, dtype=torch.float64) * 2000 - 1000
-    p[:, 16::2, :8] = 1000.0  # equal running maxima: the shift's tie, across the tile edge at 16
+    p[:, 16::2, :8] = 1000.0  # equal running maxima: the shift's tie
     p = p.requires_grad_(True)
     g = torch.randn(p.shape, dtype=torch.float64)
     y = _kernels().triton_logcumsumexp(p)
@@ -136,15 +137,21 @@ def test_triton_launch_plan_fills_an_h100_and_moves_each_element_once():
 
 def test_triton_block_rule():
     """Wide blocks where the batch fills the GPU, narrow ones (down to 8 features) where it does not, never
-    wider than H needs (or 8); tiles of at most 2048 elements, 16 to 64 steps."""
+    wider than H needs (or 8); tiles of 2048 elements, 16 to 256 steps, no longer than L needs; a warp per 512
+    elements, so that no tile holds more than 16 elements a thread: the five full tiles, which
+    ``test_triton_spills.py`` compiles, hold the most."""
     rel = _kernels()
     assert rel.block_h(1024, 256) == 128
     assert rel.block_h(8, 256) == 8
     assert rel.block_h(64, 256) == 64  # 64 rows * 4 blocks = 256 programs; 128 wide would give 128 < 132
     assert rel.block_h(4, 1) == 8 and rel.block_h(4, 5) == 8 and rel.block_h(1024, 3) == 8  # one sector a row
-    assert [rel.block_t(bh) for bh in (8, 16, 32, 64, 128)] == [64, 64, 64, 32, 16]
-    tiles = {(p["BT"], p["BH"]) for B in (1, 8, 64, 1024) for H in range(1, 300) for p in [rel.launch_plan(B, 1, H)]}
-    assert tiles == {(64, 8), (64, 16), (64, 32), (32, 64), (16, 128)}  # what test_triton_spills.py compiles
+    assert [rel.block_t(bh, 16384) for bh in (8, 16, 32, 64, 128)] == [256, 128, 64, 32, 16]
+    assert [rel.block_t(8, L) for L in (1, 17, 100, 200)] == [16, 32, 128, 256]
+    plans = [rel.launch_plan(B, L, H) for B in (1, 8, 64, 1024) for H in (1, 8, 17, 64, 100, 256, 3072)
+             for L in (1, 17, 100, 1000, 16384)]
+    assert max(p["BT"] * p["BH"] / (32 * p["num_warps"]) for p in plans) == 16
+    full = {(p["BT"], p["BH"], p["num_warps"]) for p in plans if p["BT"] * p["BH"] == rel.TILE_ELEMENTS}
+    assert full == {(256, 8, 4), (128, 16, 4), (64, 32, 4), (32, 64, 4), (16, 128, 4)}
 
 
 def test_triton_refusals():

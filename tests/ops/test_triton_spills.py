@@ -28,10 +28,11 @@ def _jobs():
         configs += [("seqlab.ops.scan.triton", k, dict(BLOCK_D=scan.block_d(d), COMPLEX_A=True, COMPLEX_X=True,
                                                          HAS_H0=True, REVERSE=False, STATE_FP64=False), 4)
                     for k in ("linear_scan_fwd_kernel", "linear_scan_bwd_kernel")]
-    # the relation op's log-cumsum-exp at every tile its launch plan may pick: blocks of 8 to 128 features (a batch
-    # of 1024 rows keeps BH = H; smaller batches narrow BH to one of these), each with its BT and warps
+    # the relation op's log-cumsum-exp at every width of features its launch plan may pick, 8 to 128 (a batch of
+    # 1024 rows keeps BH = H; smaller ones narrow BH to one of these), with its 2048-element tile and 4 warps: the
+    # most elements a thread holds (shorter sequences take shorter tiles with fewer warps, never more a thread)
     for i in range((rel.MAX_BLOCK_H // rel.MIN_BLOCK_H).bit_length()):
-        plan = rel.launch_plan(1024, 4096, rel.MIN_BLOCK_H << i)
+        plan = rel.launch_plan(1024, 16384, rel.MIN_BLOCK_H << i)
         configs += [("seqlab.ops.relation.triton", k, dict(BT=plan["BT"], BH=plan["BH"], STATE_FP64=False),
                      plan["num_warps"]) for k in ("logcumsumexp_fwd_kernel", "logcumsumexp_bwd_kernel")]
     unique = {(m, k, tuple(sorted(c.items())), w): (m, k, c, w) for m, k, c, w in configs}.values()

@@ -87,11 +87,11 @@ if triton is not None:
         rows = tl.arange(0, BT)  # (BT,) steps of a tile
         state_ty = tl.float64 if STATE_FP64 else tl.float32
         c = tl.full([BH], float("-inf"), dtype=state_ty)  # (BH,) y of the step before the tile: log 0 at first
-        base = pid_b.to(tl.int64) * stride_b + offs_h * stride_h  # (BH,)
+        base = pid_b.to(tl.int64) * stride_b + offs_h * stride_h  # (BH,) int64 offsets: no wrap past 2^31
         for start in range(0, L, BT):
             t = start + rows  # (BT,)
             mask = (t < L)[:, None] & mask_h[None, :]  # (BT, BH)
-            off = base[None, :] + t[:, None] * stride_l  # (BT, BH)
+            off = base[None, :] + t.to(tl.int64)[:, None] * stride_l  # (BT, BH)
             p = tl.load(p_ptr + off, mask=mask, other=float("-inf")).to(state_ty)  # (BT, BH); padding: log 0
             y = _logaddexp(c[None, :], tl.associative_scan(p, 0, _logaddexp))  # (BT, BH) c ⊕ p_start ⊕ .. ⊕ p_t
             tl.store(y_ptr + off, y.to(y_ptr.dtype.element_ty), mask=mask)
@@ -117,7 +117,7 @@ if triton is not None:
             t = L - 1 - step  # (BT,) time, going down
             mask = (step < L)[:, None] & mask_h[None, :]  # (BT, BH)
             has_next = (t + 1 < L)[:, None] & mask  # (BT, BH) t + 1 is a step of the sequence
-            off = base[None, :] + t[:, None] * stride_l  # (BT, BH)
+            off = base[None, :] + t.to(tl.int64)[:, None] * stride_l  # (BT, BH)
             y = tl.load(y_ptr + off, mask=mask, other=0.0).to(state_ty)  # (BT, BH) y_t
             # y_{t+1}, +inf past the end (nothing after t = L - 1: gate 0); -inf (then y_t = -inf) read as 0: no NaN
             y_next = tl.load(y_ptr + off + stride_l, mask=has_next, other=float("inf")).to(state_ty)  # (BT, BH)
@@ -135,24 +135,27 @@ TARGET_PROGRAMS = 132  # an H100's SMs (an A100 has 108): at least one program p
 MIN_BLOCK_H = 8  # 8 float32 features = 32 bytes, one DRAM sector per row of a tile (fewer features are masked)
 MAX_BLOCK_H = 128
 TILE_ELEMENTS = 2048  # elements of one (BT, BH) tile: 16 per thread of 4 warps
+MAX_BLOCK_T = 256
 
 
 def block_h(B: int, H: int) -> int:
     """The features one program owns: the widest power of two (up to ``MAX_BLOCK_H``, at most ``H`` rounded
     up, at least ``MIN_BLOCK_H``) that still gives ``B * cdiv(H, BH) >= TARGET_PROGRAMS`` programs, halved
     down to ``MIN_BLOCK_H`` when ``B`` and ``H`` are too small to fill the GPU. Each program walks all of
-    ``L``, so the programs, not the time steps, are what run side by side. Five tiles in all, each compiled
-    in CI (``tests/ops/test_triton_spills.py``)."""
+    ``L``, so the programs, not the time steps, are what run side by side. Five widths in all, each compiled
+    in CI at its full tile (``tests/ops/test_triton_spills.py``)."""
     bh = max(MIN_BLOCK_H, min(MAX_BLOCK_H, triton.next_power_of_2(H)))
     while bh > MIN_BLOCK_H and B * triton.cdiv(H, bh) < TARGET_PROGRAMS:
         bh //= 2
     return bh
 
 
-def block_t(BH: int) -> int:
-    """The time steps of one tile: ``TILE_ELEMENTS / BH``, between 16 and 64 (tests set it small, so that
-    short sequences cross tile edges in the interpreter)."""
-    return max(16, min(64, TILE_ELEMENTS // BH))
+def block_t(BH: int, L: int) -> int:
+    """The time steps of one tile: ``TILE_ELEMENTS / BH`` (so every tile holds the same registers and loads as
+    much in flight), at most ``MAX_BLOCK_T`` and no more than ``L`` needs (rounded up to a power of two: a short
+    sequence is not scanned through rows of padding), at least 16. Tests set it small, so that short sequences
+    cross tile edges in the interpreter."""
+    return max(16, min(MAX_BLOCK_T, TILE_ELEMENTS // BH, triton.next_power_of_2(L)))
 
 
 def launch_plan(B: int, L: int, H: int, *, itemsize: int = 4, backward: bool = False) -> dict:
@@ -161,10 +164,11 @@ def launch_plan(B: int, L: int, H: int, *, itemsize: int = 4, backward: bool = F
     each element of each tensor is read or written once (forward: ``p`` in, ``y`` out; backward: ``p, y, g``
     in, ``dp`` out; the shifted rows of ``y`` are the same elements)."""
     BH = block_h(B, H)
-    BT = block_t(BH)
+    BT = block_t(BH, L)
     grid = (B, triton.cdiv(H, BH))
     return dict(grid=grid, programs=grid[0] * grid[1], BT=BT, BH=BH, serial_steps=triton.cdiv(L, BT),
-                bytes_per_element=(4 if backward else 2) * itemsize, num_warps=max(1, min(4, BT * BH // 256)))
+                bytes_per_element=(4 if backward else 2) * itemsize,
+                num_warps=max(1, min(4, BT * BH // 512)))  # a warp per 512 elements: at most 16 a thread
 
 
 class _LogCumSumExp(torch.autograd.Function):
