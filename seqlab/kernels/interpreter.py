@@ -1,19 +1,38 @@
-"""A faster ``tl.associative_scan`` for Triton's CPU interpreter.
+"""A faster ``tl.associative_scan`` for Triton's CPU interpreter, installed only where it is exact.
 
-The interpreter scans element by element: one call of the combine function per element of the tile, so a
-``(BT, BD)`` tile costs ``BT * BD`` calls (~0.3 ms each). :func:`vectorize_scan` replaces that loop by one
-call per step along the scanned axis, on whole slices: the same combine function applied in the same
-order (sequentially, the first element on the left), so each element gets the same operations as before,
-``BD`` times fewer Python calls. Compiled kernels never see this; it changes only the interpreter."""
+The interpreter scans element by element (``ScanOps.generic_scan``): one Python call of the combine function
+per element of the tile, so a ``(BT, BD)`` tile costs ``BT * BD`` calls. :func:`scan_by_slices` makes one call
+per step along the scanned axis instead, on whole slices: ``acc_i = combine(acc_{i-1}, in_i)``, the same
+combine function on the same operands in the same order (the earlier element on the left), each result kept
+in its input's dtype as Triton's own loop keeps it, so every element gets the same operations, ``BD`` times
+fewer calls. ``tests/kernels/test_interpreter_scan.py`` runs a kernel both ways and compares bit for bit.
+
+:func:`vectorize_scan` installs it only over the ``generic_scan`` it was checked against: when the source of
+Triton's ``ScanOps.generic_scan`` or ``apply_impl`` (which calls it) differs from the one recorded here, it
+leaves the interpreter alone. Compiled kernels never see any of this."""
 from __future__ import annotations
+
+import hashlib
+import inspect
 
 import numpy as np
 
-_done = False
+# sha256 of the source of ScanOps.generic_scan and ScanOps.apply_impl in the Triton this was checked against
+# (3.7.1): another Triton keeps its own scan until this is checked against it again
+CHECKED_SOURCES = {"generic_scan": "625569e90b9eda9a", "apply_impl": "0f6414663ff60046"}
+
+triton_generic_scan = None  # Triton's own ScanOps.generic_scan, once replaced
 
 
-def _scan_slices(self, input):
-    """``ScanOps.generic_scan`` by slices: ``acc_i = combine(acc_{i-1}, in_i)`` over the scanned axis."""
+def _as_slice(result, like):
+    """A combine function's result (a tensor, or a constant) as an array shaped like the slice ``like`` and in
+    its dtype, as Triton's loop stores each result into its output array."""
+    value = np.asarray(result.handle.data if hasattr(result, "handle") else result, dtype=like.dtype)
+    return np.broadcast_to(value.reshape(()) if value.size == 1 else value.reshape(np.shape(like)), np.shape(like))
+
+
+def scan_by_slices(self, input):
+    """``ScanOps.generic_scan`` by slices: ``acc_i = combine(acc_{i-1}, in_i)`` along ``self.axis``."""
     datas = [arg.handle.data for arg in input]
     dtypes = [arg.dtype for arg in input]
     outs = [np.empty_like(d) for d in datas]
@@ -27,21 +46,50 @@ def _scan_slices(self, input):
             ret = self.combine_fn.fn(*(self.to_tensor(np.asarray(v), t) for v, t in zip(acc, dtypes)),
                                      *(self.to_tensor(np.asarray(d[at(i)]), t) for d, t in zip(datas, dtypes)))
             ret = ret if isinstance(ret, tuple) else (ret,)
-            acc = [r.handle.data.reshape(np.shape(d[at(i)])) for r, d in zip(ret, datas)]
+            acc = [_as_slice(r, d[at(i)]) for r, d in zip(ret, datas)]
         for o, v in zip(outs, acc):
             o[at(i)] = v
     return [self.to_tensor(o, t) for o, t in zip(outs, dtypes)]
 
 
-def vectorize_scan() -> None:
-    """Install :func:`_scan_slices` in the interpreter once (a no-op where its internals differ)."""
-    global _done
-    if _done:
-        return
-    _done = True
+def _fingerprint(function) -> str:
+    return hashlib.sha256(inspect.getsource(function).encode()).hexdigest()[:16]
+
+
+def matches_checked_triton(scan_ops) -> bool:
+    """Whether ``scan_ops`` (Triton's ``ScanOps`` class) has the ``generic_scan`` and ``apply_impl`` that
+    :func:`scan_by_slices` was checked against."""
     try:
-        from triton.runtime.interpreter import ScanOps
-    except ImportError:  # pragma: no cover - another Triton layout: keep its own scan
-        return
-    if hasattr(ScanOps, "generic_scan"):
-        ScanOps.generic_scan = _scan_slices
+        return all(_fingerprint(getattr(scan_ops, name)) == digest for name, digest in CHECKED_SOURCES.items())
+    except (AttributeError, OSError, TypeError):  # missing, or no source to read
+        return False
+
+
+def _install(scan_ops) -> bool:
+    """Replace ``scan_ops.generic_scan`` by :func:`scan_by_slices` if its internals are the checked ones."""
+    global triton_generic_scan
+    if not matches_checked_triton(scan_ops):
+        return False
+    triton_generic_scan = scan_ops.generic_scan
+    scan_ops.generic_scan = scan_by_slices
+    return True
+
+
+_installed = None  # whether Triton's interpreter scans by slices in this process (None: not tried yet)
+
+
+def vectorize_scan(scan_ops=None) -> bool:
+    """Install :func:`scan_by_slices` as ``scan_ops.generic_scan`` if its internals are the checked ones, and
+    say whether it is installed. Without ``scan_ops``: Triton's interpreter ``ScanOps``, tried once per process
+    (so a test that puts Triton's own scan back keeps it)."""
+    global _installed
+    if scan_ops is not None:
+        return _install(scan_ops)
+    if _installed is None:
+        try:
+            from triton.runtime.interpreter import ScanOps
+        except ImportError:  # pragma: no cover - another Triton layout: keep its own scan
+            _installed = False
+        else:
+            _installed = _install(ScanOps)
+    return _installed
