@@ -58,7 +58,7 @@ def test_one_folder_per_op_holds_every_form(op, forms):
     fast form side by side; ``kernels/`` keeps only what the ops share."""
     folder = PACKAGE / "ops" / op
     assert {f"{name}.py" for name in ("__init__", *forms)} <= {p.name for p in folder.glob("*.py")}
-    assert {p.name for p in (PACKAGE / "kernels").glob("*.py")} == {"__init__.py", "aot.py", "numba.py"}
+    assert {p.name for p in (PACKAGE / "kernels").glob("*.py")} == {"__init__.py", "aot.py", "interpreter.py", "numba.py"}
 
 
 def test_no_llvm_ir_in_the_package():

@@ -24,8 +24,6 @@ def _jobs():
         for phase in (False, True):      # real positive transitions skip the phasors
             configs += [("seqlab.ops.gateloop.triton", k, dict(C=gl.CHUNK, BK=BK, BV=BV, DOT=DOT, PHASE=phase),
                          gl.gateloop_warps(k, DOT)) for k in gl.KERNELS]
-        configs += [("seqlab.ops.relation.triton", k, dict(BLOCK_H=rel.block_h(d), STATE_FP64=False), 4)
-                    for k in ("logcumsumexp_fwd_kernel", "logcumsumexp_bwd_kernel")]
     # the scan's widest branch (complex a and x, an initial state) at the tiles its launch plan picks: every width
     # of channels (B * D / BD programs fill the GPU) with its 1024-element tile, a warp per 128 elements, so a thread
     # holds 4 elements of each plane at every tile; reduce-then-scan (B = 1) adds the chunk kernel
@@ -36,6 +34,13 @@ def _jobs():
                    [("linear_scan_fwd_kernel", dict(HAS_H0=True)),
                     ("linear_scan_bwd_kernel", dict(HAS_H0=True, HAS_C0=True))])
         configs += [("seqlab.ops.scan.triton", k, {**tile, **c}, plan["num_warps"]) for k, c in kernels]
+    # the relation op's log-cumsum-exp at every width of features its launch plan may pick, 8 to 128 (a batch of
+    # 1024 rows keeps BH = H; smaller ones narrow BH to one of these), with its 2048-element tile and 4 warps: the
+    # most elements a thread holds (shorter sequences take shorter tiles with fewer warps, never more a thread)
+    for i in range((rel.MAX_BLOCK_H // rel.MIN_BLOCK_H).bit_length()):
+        plan = rel.launch_plan(1024, 16384, rel.MIN_BLOCK_H << i)
+        configs += [("seqlab.ops.relation.triton", k, dict(BT=plan["BT"], BH=plan["BH"], STATE_FP64=False),
+                     plan["num_warps"]) for k in ("logcumsumexp_fwd_kernel", "logcumsumexp_bwd_kernel")]
     unique = {(m, k, tuple(sorted(c.items())), w): (m, k, c, w) for m, k, c, w in configs}.values()
     return [dict(module=m, kernel=k, constexprs=c, capability=cap, dtype="fp32", num_warps=w)
             for m, k, c, w in unique for cap in CAPABILITIES]
