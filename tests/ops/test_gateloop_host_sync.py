@@ -14,6 +14,7 @@ import pytest
 import torch
 from helpers import check
 
+from seqlab.ops.decay import decay_attention, decay_attention_reference
 from seqlab.ops.gateloop import gateloop
 from test_gateloop import make_inputs, to64
 
@@ -115,6 +116,26 @@ def test_gpu_branch_never_passes_nan_or_inf_silently(gpu_branch, H, dk, dv, case
     outside[0, H - 1, 2, 0] = 1.01j
     with pytest.raises(RuntimeError, match=r"\|a\| > 1"):
         gateloop(q, k, v, outside, mode="triton")
+
+
+@pytest.mark.parametrize("decay,with_state", [("additive", False), ("multiplicative", True)])
+def test_decays_gpu_branch_reads_no_value_on_the_host(gpu_branch, decay, with_state):
+    """LightNet's causal decays on GateLoop's Triton path (their log a, a state in and out): zero host reads,
+    the float64 loops' values, and a NaN input fails the device-side assertion."""
+    q, k, v = (torch.randn(2, 17, d) for d in (3, 3, 4))
+    kw = dict(log_decay=torch.rand(2, 17, 3)) if decay == "multiplicative" else {}
+    state = dict(h0=torch.randn(2, 3, 4), return_state=True) if with_state else {}
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    with host_reads() as reads:
+        out = decay_attention(*leaves, decay=decay, mode="triton", **kw, **state)
+        out = out[0] if with_state else out
+        out.sum().backward()
+    assert reads == [], f"host reads on the GPU path: {reads}"
+    if not with_state:
+        check(out, decay_attention_reference(*(to64(t) for t in (q, k, v)), decay=decay), 1e-5, f"{decay} decay")
+    k[1, 5, 2] = float("nan")
+    with pytest.raises(RuntimeError, match="device-side check"):
+        decay_attention(q, k, v, decay=decay, mode="triton", **kw, **state)
 
 
 def test_debug_switch_brings_back_the_named_errors(gpu_branch, monkeypatch):
