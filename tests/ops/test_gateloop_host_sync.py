@@ -73,7 +73,7 @@ def _inputs(H, L, dk, dv, kind):
 
 @pytest.mark.parametrize("H,L,dk,dv,kind", [(2, 29, 1, 1, "complex"),        # the paper's d_h = 1: on the scan
                                             (2, 29, 2, 3, "real_negative"),  # on the scan, real a of either sign
-                                            (1, 17, 5, 4, "real_negative")])  # the chunked kernels, signs folded
+                                            (1, 9, 5, 4, "real_negative")])  # the chunked kernels, signs folded
 def test_gpu_branch_reads_no_value_on_the_host(gpu_branch, H, L, dk, dv, kind):
     """Forward and backward, with h0 and the final state: zero host reads, and the float64 recurrence's values."""
     inputs = [t.clone().requires_grad_() for t in _inputs(H, L, dk, dv, kind)]
@@ -92,6 +92,7 @@ def test_gpu_branch_reads_no_value_on_the_host(gpu_branch, H, L, dk, dv, kind):
         if name == "a" and dk * dv > 16:      # the chunked kernels' log-domain gradient is 0 at the exact reset
             keep = to64(t.detach()) != 0
             check(t.grad[keep], r.grad[keep], 1e-5, f"GPU branch grad a (a != 0), {dk}x{dv} {kind}")
+            assert (t.grad[~keep] == 0).all() and (r.grad[~keep] != 0).all()   # as documented; the CPU: below
             continue
         check(t.grad, r.grad, 1e-5, f"GPU branch grad {name}, {dk}x{dv} {kind}")
 
@@ -136,6 +137,22 @@ def test_decays_gpu_branch_reads_no_value_on_the_host(gpu_branch, decay, with_st
     k[1, 5, 2] = float("nan")
     with pytest.raises(RuntimeError, match="device-side check"):
         decay_attention(q, k, v, decay=decay, mode="triton", **kw, **state)
+
+
+def test_chunked_heads_off_the_gpu_keep_the_exact_gradient_at_exact_resets():
+    """Off the GPU the op may read a: where a = 0 exactly, the chunked kernels' log-domain gradient (0) is
+    replaced by the exact one, dL/da_j = <S_{j-1}, dS_j> (the associative scan's)."""
+    q, k, v, a, h0 = _inputs(1, 9, 5, 4, "complex")
+    a[0, 0, 0, 1] = a[0, 0, 6, 3] = 0.0
+    weights = [torch.randn(1, 1, n, 4, dtype=torch.complex128) for n in (9, 5)]
+    grads = []
+    for mode, inputs in (("triton", (q, k, v, a, h0)), ("recurrent", [to64(t) for t in (q, k, v, a, h0)])):
+        leaves = [t.clone().requires_grad_() for t in inputs]
+        y, S = gateloop(*leaves[:4], h0=leaves[4], mode=mode, return_state=True)
+        sum((t * w.to(t.dtype).conj()).real.sum() for t, w in zip((y, S), weights)).backward()
+        grads.append(leaves[3].grad)
+    check(grads[0], grads[1], 1e-5, "grad a with exact resets, chunked kernels off the GPU")
+    assert grads[0][0, 0, 0, 1] != 0 and grads[0][0, 0, 6, 3] != 0
 
 
 def test_debug_switch_brings_back_the_named_errors(gpu_branch, monkeypatch):
