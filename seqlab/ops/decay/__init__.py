@@ -66,6 +66,7 @@ from seqlab.ops.decay.multiplicative import _multiplicative_causal, _multiplicat
 from seqlab.ops.decay.on_gateloop import _causal_on_gateloop, gateloop_form
 from seqlab.ops.decay.reference import decay_attention_reference
 from seqlab.ops.decay.state import causal_step, causal_with_state, check_state, empty_state
+from seqlab.ops.gateloop import CHECK_VALUES, _host_checks
 
 __all__ = ["decay_attention", "decay_attention_reference", "decay_coefficients", "gateloop_form", "DECAY_KINDS",
            "DECAY_MODES"]
@@ -124,15 +125,17 @@ def decay_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, decay:
     The state of additive decay is the pair ``(kv (..., dk, dv), log_s (..., dk))``: the normalised running
     sum and the log of the running normaliser (``-inf`` before the first token); of multiplicative decay
     and ``"none"``, ``kv (..., dk, dv)``. Non-causal attention has no state (``NotImplementedError``).
+
+    Values are checked as ``seqlab.ops.gateloop`` checks them: on the host off the GPU (errors naming the
+    argument and index), on a GPU by one device-side assertion with no synchronisation, unless
+    ``SEQLAB_CHECK_VALUES=1``.
     """
     q, k, v, log_decay = _check_inputs(q, k, v, decay, log_decay)
     check_mode("decay_attention", mode, DECAY_MODES)
     if h0 is not None or return_state:
         return _decay_with_state(q, k, v, decay, log_decay, causal, mode, h0, return_state)
-    check_finite_inputs("decay_attention", q=q, k=k, v=v, log_decay=log_decay)
-    if decay == "multiplicative" and has_values(log_decay) and (log_decay < 0).any():
-        raise ValueError(f"log_decay: multiplicative decay needs log_decay >= 0 (lambda = exp(-log_decay) <= 1), "
-                         f"got min {float(log_decay.min()):.3g}")
+    if _host_checks(q):
+        _check_values(q, k, v, decay, log_decay)
     mode = traceable_mode(_pick_mode(mode, decay, causal, q, v), "chunked", q, k, v, log_decay)
     out_dtype = _out_dtype(q, v)
     if q.shape[-2] == 0:  # no tokens: the empty output of every mode
@@ -166,7 +169,33 @@ def decay_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, decay:
         out = _multiplicative_causal(q, k, v, ld, mode)
         if not causal:   # "2 scan": o_t = forward o_t + backward o_t (§3.1)
             out = out + _flip(_multiplicative_causal(_flip(q), _flip(k), _flip(v), _flip(ld), mode))
-    return check_finite("decay_attention", out).to(out_dtype)
+    return _checked_output(out, decay, log_decay).to(out_dtype)
+
+
+def _check_values(q, k, v, decay, log_decay, h0=None):
+    """Finite inputs (named with the index of the first bad value) and, for multiplicative decay,
+    ``log_decay >= 0``; each reads values on the host."""
+    check_finite_inputs("decay_attention", q=q, k=k, v=v, log_decay=log_decay)
+    if h0 is not None:
+        check_finite_inputs("decay_attention", h0_kv=h0[0] if decay == "additive" else h0)
+    if decay == "multiplicative" and has_values(log_decay) and (log_decay < 0).any():
+        raise ValueError(f"log_decay: multiplicative decay needs log_decay >= 0 (lambda = exp(-log_decay) <= 1), "
+                         f"got min {float(log_decay.min()):.3g}")
+
+
+def _checked_output(out, decay, log_decay):
+    """``out`` after its check: on the host (``FloatingPointError``), or on a GPU without the debug switch
+    ``SEQLAB_CHECK_VALUES=1`` one device-side assertion, with no synchronisation, that ``out`` is finite and,
+    for multiplicative decay, ``log_decay >= 0`` (a non-finite input shows in ``out``: NaN and inf propagate
+    through every ``log a`` and key, ``0 * inf`` is NaN)."""
+    if _host_checks(out):
+        return check_finite("decay_attention", out)
+    ok = torch.isfinite(torch.view_as_real(out) if out.is_complex() else out).all()
+    if decay == "multiplicative":
+        ok = ok & (log_decay >= 0).all()
+    torch._assert_async(ok, "decay_attention: a non-finite input or output, or log_decay < 0 (device-side check); "
+                            f"rerun with {CHECK_VALUES}=1 to have the argument and index named")
+    return out
 
 
 def _decay_with_state(q, k, v, decay, log_decay, causal, mode, h0, return_state):
@@ -177,12 +206,8 @@ def _decay_with_state(q, k, v, decay, log_decay, causal, mode, h0, return_state)
                                   f"(h0, return_state are for causal=True)")
     if h0 is not None:
         check_state(h0, k, v, decay)
-    check_finite_inputs("decay_attention", q=q, k=k, v=v, log_decay=log_decay)
-    if h0 is not None:
-        check_finite_inputs("decay_attention", h0_kv=h0[0] if decay == "additive" else h0)
-    if decay == "multiplicative" and has_values(log_decay) and (log_decay < 0).any():
-        raise ValueError(f"log_decay: multiplicative decay needs log_decay >= 0 (lambda = exp(-log_decay) <= 1), "
-                         f"got min {float(log_decay.min()):.3g}")
+    if _host_checks(q):
+        _check_values(q, k, v, decay, log_decay, h0)
     mode = traceable_mode(_pick_mode(mode, decay, True, q, v), "chunked", q, k, v, log_decay)
     out_dtype = _out_dtype(q, v)
     if q.shape[-2] == 0:  # no tokens: the empty output, the state unchanged
@@ -193,5 +218,5 @@ def _decay_with_state(q, k, v, decay, log_decay, causal, mode, h0, return_state)
         # one token from a state (decoding): eq. 7 / eq. 2 once, written out; every mode computes it alike
         run = causal_step if q.shape[-2] == 1 and h0 is not None else causal_with_state
         out, state = run(q, k, v, decay, log_decay, mode, h0)
-        out = check_finite("decay_attention", out).to(out_dtype)
+        out = _checked_output(out, decay, log_decay).to(out_dtype)
     return (out, state) if return_state else out

@@ -41,10 +41,20 @@ Modes, all computing the same function:
 - ``"numba"``: eq. 7-8 as one loop compiled for the CPU by Numba (``numba.py``),
   forward and backward (the reverse recurrence, from states saved every 64 steps): every input read
   once, every output written once, no ``L x dk x dv`` stack.
-- ``"triton"``: the chunked algorithm as a Triton kernel (forward and backward), ``triton.py``.
+- ``"triton"``: the chunked algorithm as Triton kernels (forward and backward), ``triton.py``; heads of
+  ``dk * dv <= 16`` (the paper's max-headed ``d_h = 1`` above all) on the Triton scan instead, eq. 7 being an
+  elementwise recurrence of the state's entries (``y = q . scan(a, k . v)`` at ``d_h = 1``).
 - ``"auto"``: ``"triton"`` on a CUDA device, ``"numba"`` on CPU (see ``benchmarks/gateloop.py``).
   Without Numba: the associative form run by the scan engine for tiny states (``dk * dv <= 4``, as
   in the paper's max-headed ``dk = dv = 1`` models), ``"chunked"`` for bigger ones.
+
+On a GPU the op reads no value on the host (each read would wait for the GPU): the shape, dtype and device
+checks stay, and the value checks become one device-side assertion (``torch._assert_async``) that ``y`` and
+``S_L`` are finite and ``|a| <= 1``, so NaN and inf never pass silently; a failure shows as CUDA's
+"device-side assert triggered". The debug switch ``SEQLAB_CHECK_VALUES=1`` brings back the host checks and
+their named errors (the argument and index of the first bad value), and the exact gradient at transitions
+that are exactly 0 for the chunked kernels (see :func:`_exact_gradient_at_zero_transitions`). On a CPU the op
+checks on the host as always.
 
 Also :func:`gateloop_attention_matrix` (the masked surrogate attention matrix ``(B, H, L, L)``,
 eq. 21 without ``V``) and :func:`gateloop_softmax` (eq. 22-23).
@@ -56,6 +66,7 @@ Files: ``recurrent.py`` (eq. 7-8, the float64 reference), ``associative.py`` (eq
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -134,6 +145,34 @@ def _check_magnitude(a):
                                  f"magnitude), got max |a| = {biggest:.6g} for a of shape {tuple(a.shape)}")
 
 
+CHECK_VALUES = "SEQLAB_CHECK_VALUES"   # the debug switch: =1 makes the GPU path check values on the host
+
+
+def _on_gpu(t: torch.Tensor) -> bool:
+    """Whether ``t`` lives on a CUDA device, where reading a value on the host waits for the whole queue of
+    kernels before it (a host synchronisation)."""
+    return t.device.type == "cuda"
+
+
+def _host_checks(t: torch.Tensor) -> bool:
+    """Whether the op may read values on the host: off the GPU always; on it only under the debug switch
+    ``SEQLAB_CHECK_VALUES=1``, which brings back the named errors (the argument and the index of the first bad
+    value) at the price of a synchronisation for each check."""
+    return not _on_gpu(t) or os.environ.get(CHECK_VALUES, "0") not in ("", "0")
+
+
+def _assert_values_async(y, S, a):
+    """The GPU path's value check, without a synchronisation: one device-side assertion that ``y`` and ``S_L``
+    are finite and ``|a| <= 1``. A non-finite input cannot hide from it: NaN and inf propagate through eq. 7-8
+    (``0 * inf`` is NaN), into ``y`` at its own step or into ``S_L``. A failed assertion stops the CUDA context
+    at its next synchronisation ("device-side assert triggered"); run again with ``SEQLAB_CHECK_VALUES=1`` to
+    have the argument and the index of the first bad value named."""
+    ok = torch.isfinite(_real_view(y)).all() & torch.isfinite(_real_view(S)).all()
+    ok = ok & (a.abs() <= 1.0 + 1e-6).all()
+    torch._assert_async(ok, "gateloop: a non-finite input or output, or |a| > 1 (device-side check); "
+                            f"rerun with {CHECK_VALUES}=1 to have the argument and index named")
+
+
 _AUTO_SCAN_STATE = 4
 
 
@@ -162,10 +201,12 @@ def gateloop(q, k, v, a, *, h0=None, mode: str = "auto", return_state: bool = Fa
         h0: optional initial state ``S_0``, ``(B, H, dk, dv)``.
         mode: one of ``GATELOOP_MODES`` (see the module docstring); all compute the same function.
         return_state: also return the final state ``S_L`` ``(B, H, dk, dv)``.
-        chunk_size: longest chunk of ``"chunked"`` (the Triton kernel uses chunks of 16).
+        chunk_size: longest chunk of ``"chunked"`` (the Triton kernels use their own, ``triton.CHUNK``).
 
     Returns ``y`` ``(B, H, L, dv)`` (complex if any input is), or ``(y, S_L)``.
-    Raises ``FloatingPointError`` if the result is not finite (``"attention_naive"`` past underflow).
+    Raises ``FloatingPointError`` for a non-finite input (named with its index) or result (``"attention_naive"``
+    past underflow), ``ValueError`` for ``|a| > 1``; on a GPU a device-side assertion instead, unless
+    ``SEQLAB_CHECK_VALUES=1`` (module docstring).
     """
     mode = check_mode("gateloop", mode, GATELOOP_MODES)
     _check_inputs(q, k, v, a, h0, check_values=False)
@@ -178,21 +219,31 @@ def gateloop(q, k, v, a, *, h0=None, mode: str = "auto", return_state: bool = Fa
     if mode == "numba":
         y, S = _run_numba(q, k, v, a, h0, dtype)
     else:
-        _check_values(q, k, v, a, h0)
+        host = _host_checks(q)
+        if host:
+            _check_values(q, k, v, a, h0)
         q, k, v, a = (t.to(dtype) for t in (q, k, v, a))
         h0 = None if h0 is None else h0.to(dtype)
-        if mode in _LOG_DOMAIN_MODES:
+        if host and _log_domain(mode, q, v):
             y, S = _exact_gradient_at_zero_transitions(_FORMS[mode], q, k, v, a, h0, chunk_size)
         else:
             y, S = _FORMS[mode](q, k, v, a, h0, chunk_size)
-        if mode == "attention_naive" and has_values(y) and not torch.isfinite(_real_view(y)).all():
-            raise FloatingPointError(
-                "gateloop(mode='attention_naive'): the cumulative product Pi(A) of eq. 16 underflowed, so "
-                "Kbar = K . Pi^-1 (eq. 19) is infinite and the output is NaN (the risk of Fig. 3); "
-                "use mode='attention' (stable relative decays) or 'chunked'")
-        check_finite(f"gateloop(mode={mode!r})", _real_view(y))
+        if host:
+            _check_output(mode, y)
+        else:
+            _assert_values_async(y, S, a)
     y, S = y.to(out_dtype), S.to(out_dtype)
     return (y, S) if return_state else y
+
+
+def _check_output(mode, y):
+    """A finite output, or ``FloatingPointError`` (with the reason for ``"attention_naive"``)."""
+    if mode == "attention_naive" and has_values(y) and not torch.isfinite(_real_view(y)).all():
+        raise FloatingPointError(
+            "gateloop(mode='attention_naive'): the cumulative product Pi(A) of eq. 16 underflowed, so "
+            "Kbar = K . Pi^-1 (eq. 19) is infinite and the output is NaN (the risk of Fig. 3); "
+            "use mode='attention' (stable relative decays) or 'chunked'")
+    check_finite(f"gateloop(mode={mode!r})", _real_view(y))
 
 
 def _real_view(t: torch.Tensor) -> torch.Tensor:
@@ -231,6 +282,15 @@ _FORMS = {
 _LOG_DOMAIN_MODES = ("chunked", "attention", "triton")
 
 
+def _log_domain(mode, q, v) -> bool:
+    """Whether ``mode`` computes in ``log a`` for these heads (Triton runs small heads on the scan, which does not)."""
+    if mode == "triton":
+        from seqlab.ops.gateloop.triton import runs_on_scan
+
+        return not runs_on_scan(q.shape[-1], v.shape[-1])
+    return mode in _LOG_DOMAIN_MODES
+
+
 def _exact_gradient_at_zero_transitions(form, q, k, v, a, h0, chunk_size):
     """``form``'s output, with the gradient with respect to ``a`` at entries where ``a == 0`` exactly taken
     from the associative scan (eq. 12-13).
@@ -239,7 +299,9 @@ def _exact_gradient_at_zero_transitions(form, q, k, v, a, h0, chunk_size):
     nonzero at ``a_j = 0``, but a log-domain form sees ``dL/da_j = conj(1/a_j) dL/dlog a_j`` and, with ``log 0``
     clamped, returns 0 there. Where there are such entries and ``a`` needs a gradient, a zero-valued term
     ``y_ref - y_ref.detach()`` adds the scan's gradient at exactly those entries; it costs the scan's
-    ``L x dk x dv`` states, and only then.
+    ``L x dk x dv`` states, and only then. Finding out whether there are such entries reads ``a`` on the host:
+    on a GPU (without ``SEQLAB_CHECK_VALUES=1``) this is skipped, and the chunked kernels' gradient at an exact 0
+    is 0 (a sigmoid's magnitude is exactly 0 only where its own gradient is too).
     """
     zero = a == 0
     if h0 is None and zero.shape[-2]:  # S_0 = 0: the exact gradient at a_1 is <S_0, dS_1> = 0, which the form gives already

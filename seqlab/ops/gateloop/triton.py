@@ -52,7 +52,6 @@ from __future__ import annotations
 import torch
 
 from seqlab.kernels import require_triton
-from seqlab.ops._checks import has_values
 
 try:
     import triton
@@ -60,7 +59,8 @@ try:
 except ImportError:  # pragma: no cover - Triton ships for Linux only
     triton = None
 
-__all__ = ["gateloop_triton", "gateloop_triton_log", "gateloop_blocks", "gateloop_warps", "CHUNK", "KERNELS"]
+__all__ = ["gateloop_triton", "gateloop_triton_log", "gateloop_scan", "runs_on_scan", "gateloop_blocks",
+           "gateloop_warps", "CHUNK", "KERNELS", "SCAN_STATE"]
 
 CHUNK = 16          # steps a chunk; also tl.dot's smallest side
 KERNELS = ("chunk_states_kernel", "chunk_attention_kernel", "chunk_output_kernel", "chunk_adjoint_kernel",
@@ -572,42 +572,132 @@ class _GateLoopTriton(torch.autograd.Function):
 def gateloop_triton_log(q, k, v, log_a, phase=None, *, h0=None, return_state=False):
     """GateLoop's recurrence with transitions given by their logarithm: ``a = exp(log_a + i phase)``
     (``phase=None``: real positive ``a``). The causal decays and linear attention call this on CUDA: their
-    ``log a`` (e.g. ``z_{t-1} - z_t`` of additive decay) never passes through an ``a`` that could underflow.
+    ``log a`` (e.g. ``z_{t-1} - z_t`` of additive decay) never passes through an ``a`` that could underflow
+    in the chunked kernels. Heads of ``dk * dv <= SCAN_STATE`` run on the scan instead
+    (:func:`gateloop_scan`), with ``a = exp(log_a)``: there an ``a`` that underflows to 0 is an exact reset.
 
     Shapes as :func:`seqlab.ops.gateloop.gateloop`; ``log_a`` is real, ``<= 0``, shaped like ``k``
     (``-inf`` is a full reset). Returns ``(y, S_L)`` (``S_L`` is ``None`` unless ``return_state``), in the
-    dtype of ``q`` promoted with the other inputs.
+    dtype of ``q`` promoted with the other inputs. Reads no value on the host.
     """
     require_triton("gateloop", q, k, v, log_a)
     B, H, L, DK = q.shape
     DV = v.shape[-1]
     out_dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
     real = _real_dtype(out_dtype)
+    if runs_on_scan(DK, DV):
+        a = log_a.to(real).exp()
+        a = a if phase is None else torch.polar(a, phase.to(real).expand_as(a))
+        y, S = gateloop_scan(q, k, v, a, h0=h0)
+    else:
+        y, S = _chunked_kernels(q, k, v, log_a, phase, h0, real)
+    if not out_dtype.is_complex:
+        y, S = y.real, S.real
+    return y.to(out_dtype), (S.to(out_dtype) if return_state else None)
+
+
+def _chunked_kernels(q, k, v, log_a, phase, h0, real):
+    """``(y, S_L)`` by the chunked kernels (complex results), the heads flattened to ``B * H`` rows."""
+    B, H, L, DK = q.shape
+    DV = v.shape[-1]
     # -inf (a = 0) becomes a finite floor: exp of any sum of them is 0, and no inf - inf can arise
     la = log_a.to(real).clamp_min(torch.finfo(real).min / (4 * CHUNK))
     ph = None if phase is None else phase.to(real).expand_as(la)
     flat = lambda t: None if t is None else t.reshape(B * H, L, t.shape[-1])    # noqa: E731
     state0 = h0.reshape(B * H, DK, DV) if h0 is not None else torch.zeros(B * H, DK, DV, device=q.device, dtype=real)
     y, S = _GateLoopTriton.apply(flat(q), flat(k), flat(v), flat(la), flat(ph), state0)
-    y, S = y.reshape(B, H, L, DV), S.reshape(B, H, DK, DV)
-    if not out_dtype.is_complex:
-        y, S = y.real, S.real
-    return y.to(out_dtype), (S.to(out_dtype) if return_state else None)
+    return y.reshape(B, H, L, DV), S.reshape(B, H, DK, DV)
 
 
 def gateloop_triton(q, k, v, a, *, h0=None, return_state=False):
     """``gateloop`` by the Triton kernels; inputs already checked and promoted by ``seqlab.ops.gateloop``.
 
-    The kernels compute in float64 for float64 / complex128 inputs and in float32 otherwise; ``|a| = 0`` is
-    taken as the smallest positive float (its exact gradient is added by ``seqlab.ops.gateloop``).
-    Returns ``(y, S_L)`` (``S_L`` is ``None`` unless ``return_state``).
+    Heads of ``dk * dv <= SCAN_STATE`` run on the scan (:func:`gateloop_scan`, exact for any ``a``), bigger
+    ones on the chunked kernels. These compute in float64 for float64 / complex128 inputs and in float32
+    otherwise; ``|a| = 0`` is taken as the smallest positive float (its exact gradient is added by
+    ``seqlab.ops.gateloop`` where it may read values), and a real ``a`` of either sign runs as ``|a|`` with
+    its signs folded into ``q`` and ``k`` (:func:`_fold_signs`): the kernels' real path, whatever the values.
+    Reads no value on the host. Returns ``(y, S_L)`` (``S_L`` is ``None`` unless ``return_state``).
     """
     require_triton("gateloop", q, k, v, a)
+    if runs_on_scan(q.shape[-1], v.shape[-1]):
+        y, S = gateloop_scan(q, k, v, a, h0=h0)
+        return y.to(q.dtype), (S.to(q.dtype) if return_state else None)
     real = _real_dtype(torch.promote_types(q.dtype, a.dtype))
     la = a.abs().to(real).clamp_min(torch.finfo(real).tiny).log()   # log|a|
     if a.is_complex():
-        ph = torch.angle(a).to(real)
-    else:   # real a: arg a is 0 or pi; with no negative entry no phase at all
-        ph = (a < 0).to(real) * torch.pi if has_values(a) and bool((a < 0).any()) else None
-    y, S = gateloop_triton_log(q, k, v, la, ph, h0=h0, return_state=return_state)
+        y, S = gateloop_triton_log(q, k, v, la, torch.angle(a).to(real), h0=h0, return_state=return_state)
+    else:
+        q, k, sign_L = _fold_signs(q, k, a)
+        y, S = gateloop_triton_log(q, k, v, la, h0=h0, return_state=return_state)
+        S = None if S is None else sign_L[..., None] * S
     return y.to(q.dtype), (S.to(q.dtype) if S is not None else None)
+
+
+def _fold_signs(q, k, a):
+    """A real ``a`` of either sign as its magnitude: with ``sigma_n = prod_{j<=n} sign a_j`` (per key channel,
+    ``+-1``), ``prod_{j=m+1..n} a_j = sigma_n sigma_m prod_{j=m+1..n} |a_j|``, so eq. 9 is the recurrence of
+    ``|a|`` with queries ``q_n sigma_n`` and keys ``k_m sigma_m``, and ``S_L = diag(sigma_L) S'_L``. Returns
+    ``(q sigma, k sigma, sigma_L)``: exact (products of +-1), with no value read to find out whether any ``a``
+    is negative. The sign has no gradient; ``|a|`` carries ``a``'s."""
+    sign = torch.where(a < 0, -1.0, 1.0).to(q.dtype)
+    sigma = torch.cumprod(sign, dim=-2)                             # (B, H, L, dk)
+    sigma_L = sigma[..., -1, :] if sigma.shape[-2] else torch.ones_like(sign[..., 0, :])
+    return q * sigma, k * sigma, sigma_L
+
+
+SCAN_STATE = 16     # heads with dk * dv up to this run on the scan (gateloop_scan), bigger ones on the chunks
+
+
+def runs_on_scan(dk: int, dv: int) -> bool:
+    """Whether a head of ``dk x dv`` runs on the scan: its state is a few numbers, an elementwise recurrence
+    that the chunked kernels' ``C x C`` attention and matrix products would only pad (the paper's own
+    max-headed setting, ``d_h = 1``)."""
+    return dk * dv <= SCAN_STATE
+
+
+def gateloop_scan(q, k, v, a, *, h0=None):
+    """GateLoop for small heads on the Triton scan (``seqlab.ops.scan``): ``(y, S_L)``.
+
+    Eq. 7 is elementwise in the state: ``S_n[d, e] = a_n[d] S_{n-1}[d, e] + k_n[d] v_n[e]``, one scalar
+    recurrence ``h_n = a_n h_{n-1} + x_n`` per entry (the pairs ``(a_n, k_n^T v_n)`` of eq. 12-13, with ``a``
+    broadcast over ``e``); eq. 8 reads it, ``y_n[e] = sum_d q_n[d] S_n[d, e]``. At the paper's ``d_h = 1``
+    (its max-headed variant, §3 below eq. 8; Appendix C: ``nr_heads`` 64 and 624, ``d_h`` 1) this is
+    ``y = q . scan(a, k . v)``. Every head's ``dk * dv`` entries are channels of one scan, laid out heads-last,
+    ``(B, L, H * dk * dv)``: the scan runs over ``B`` rows of ``H * dk * dv`` channels, and the layer's
+    ``(B, L, H, d)`` projections need no copy. Exact for any ``a`` (0 included, gradient too), float32 or
+    float64 state as the inputs; reads no value on the host.
+    """
+    from seqlab.ops.scan.triton import triton_linear_scan
+
+    B, H, L, DK = q.shape
+    DV = v.shape[-1]
+    work = _promoted(q, k, v, a, h0)
+    heads_last = lambda t: t.transpose(1, 2)                        # noqa: E731  (B, H, L, d) -> (B, L, H, d)
+    x = heads_last(k).to(work)[..., :, None] * heads_last(v).to(work)[..., None, :]   # k_n^T v_n (B, L, H, dk, dv)
+    gates = heads_last(a).to(_scan_gate_dtype(a, work))[..., :, None].expand(B, L, H, DK, DV)
+    s0 = None if h0 is None else h0.to(work).reshape(B, H * DK * DV)
+    h = triton_linear_scan(gates.reshape(B, L, H * DK * DV), x.reshape(B, L, H * DK * DV), s0)
+    S = h.view(B, L, H, DK, DV)                                     # S_n, every step
+    y = (heads_last(q).to(work)[..., :, None] * S).sum(-2)          # eq. 8: y_n = q_n S_n   (B, L, H, dv)
+    if L:
+        S_L = S[:, -1].reshape(B, H, DK, DV)
+    else:
+        S_L = s0.reshape(B, H, DK, DV) if s0 is not None else x.new_zeros(B, H, DK, DV)
+    return y.transpose(1, 2), S_L
+
+
+def _promoted(*tensors):
+    """The scan's state dtype: complex if any input is, float64 for float64 inputs, else float32."""
+    present = [t for t in tensors if t is not None]
+    real = _real_dtype(present[0].dtype)
+    for t in present[1:]:
+        real = torch.promote_types(real, _real_dtype(t.dtype))
+    if any(t.is_complex() for t in present):
+        return torch.complex128 if real == torch.float64 else torch.complex64
+    return real
+
+
+def _scan_gate_dtype(a, work):
+    """``a`` stays real when it is (a real decay of a complex state is one multiplication a plane)."""
+    return work if a.is_complex() else _real_dtype(work)
