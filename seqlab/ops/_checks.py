@@ -1,6 +1,7 @@
 """Input checks shared by every op: errors name the argument, what was expected and what came."""
 from __future__ import annotations
 
+import os
 from typing import Iterable
 
 import torch
@@ -121,3 +122,19 @@ def below(value: float, bound: float) -> str:
     if not float(value) < bound:
         raise AssertionError(f"{float(value):.3e} is not below {bound:.0e}")
     return f"below {bound:.0e}"
+
+
+CHECK_VALUES = "SEQLAB_CHECK_VALUES"   # the debug switch: =1 makes the GPU path check values on the host
+
+
+def on_gpu(t: torch.Tensor) -> bool:
+    """Whether ``t`` lives on a CUDA device, where reading a value on the host waits for the whole queue of
+    kernels before it (a host synchronisation)."""
+    return t.device.type == "cuda"
+
+
+def host_checks(t: torch.Tensor) -> bool:
+    """Whether the op may read values on the host: off the GPU always; on it only under the debug switch
+    ``SEQLAB_CHECK_VALUES=1``, which brings back the named errors (the argument and the index of the first bad
+    value) at the price of a synchronisation for each check."""
+    return not on_gpu(t) or os.environ.get(CHECK_VALUES, "0") not in ("", "0")

@@ -1,7 +1,7 @@
 """GateLoop's GPU path reads no value on the host: no ``.item()``, no ``if tensor``, no ``.tolist()``.
 
 On CUDA every such read waits for the whole queue of kernels before it (a host synchronisation). The tests
-run the op's GPU branch on the CPU: the device check is faked (``seqlab.ops.gateloop._on_gpu``) and the kernels
+run the op's GPU branch on the CPU: the device check is faked (``seqlab.ops._checks.on_gpu``) and the kernels
 run in Triton's interpreter, which stands in for the GPU (its own reads of the tensors are not counted).
 Values are still checked there, by one device-side assertion, and the debug switch ``SEQLAB_CHECK_VALUES=1``
 brings back the host checks with their named errors.
@@ -20,6 +20,7 @@ from test_gateloop import make_inputs, to64
 
 pytest.importorskip("triton")
 gateloop_module = importlib.import_module("seqlab.ops.gateloop")   # the package, not its function
+checks_module = importlib.import_module("seqlab.ops._checks")      # where the op asks whether it is on a GPU
 
 # Tensor methods that read values on the host (a synchronisation on CUDA)
 HOST_READS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "__complex__", "cpu", "numpy",
@@ -29,7 +30,7 @@ HOST_READS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__",
 @pytest.fixture
 def gpu_branch(monkeypatch):
     """The op believes its tensors live on a GPU; the debug switch is off."""
-    monkeypatch.setattr(gateloop_module, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(checks_module, "on_gpu", lambda t: True)
     monkeypatch.delenv(gateloop_module.CHECK_VALUES, raising=False)
 
 

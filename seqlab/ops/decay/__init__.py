@@ -51,8 +51,10 @@ from seqlab.ops._checks import (
     check_finite_inputs,
     check_mode,
     has_values,
+    host_checks,
     traceable_mode,
 )
+from seqlab.ops._checks import CHECK_VALUES
 from seqlab.ops.decay._common import DECAY_KINDS, _check_inputs, _out_dtype
 from seqlab.ops.decay.additive import (
     _additive_chunked,
@@ -66,7 +68,6 @@ from seqlab.ops.decay.multiplicative import _multiplicative_causal, _multiplicat
 from seqlab.ops.decay.on_gateloop import _causal_on_gateloop, gateloop_form
 from seqlab.ops.decay.reference import decay_attention_reference
 from seqlab.ops.decay.state import causal_step, causal_with_state, check_state, empty_state
-from seqlab.ops.gateloop import CHECK_VALUES, _host_checks
 
 __all__ = ["decay_attention", "decay_attention_reference", "decay_coefficients", "gateloop_form", "DECAY_KINDS",
            "DECAY_MODES"]
@@ -134,7 +135,7 @@ def decay_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, decay:
     check_mode("decay_attention", mode, DECAY_MODES)
     if h0 is not None or return_state:
         return _decay_with_state(q, k, v, decay, log_decay, causal, mode, h0, return_state)
-    if _host_checks(q):
+    if host_checks(q):
         _check_values(q, k, v, decay, log_decay)
     mode = traceable_mode(_pick_mode(mode, decay, causal, q, v), "chunked", q, k, v, log_decay)
     out_dtype = _out_dtype(q, v)
@@ -188,7 +189,7 @@ def _checked_output(out, decay, log_decay):
     ``SEQLAB_CHECK_VALUES=1`` one device-side assertion, with no synchronisation, that ``out`` is finite and,
     for multiplicative decay, ``log_decay >= 0`` (a non-finite input shows in ``out``: NaN and inf propagate
     through every ``log a`` and key, ``0 * inf`` is NaN)."""
-    if _host_checks(out):
+    if host_checks(out):
         return check_finite("decay_attention", out)
     ok = torch.isfinite(torch.view_as_real(out) if out.is_complex() else out).all()
     if decay == "multiplicative":
@@ -206,7 +207,7 @@ def _decay_with_state(q, k, v, decay, log_decay, causal, mode, h0, return_state)
                                   f"(h0, return_state are for causal=True)")
     if h0 is not None:
         check_state(h0, k, v, decay)
-    if _host_checks(q):
+    if host_checks(q):
         _check_values(q, k, v, decay, log_decay, h0)
     mode = traceable_mode(_pick_mode(mode, decay, True, q, v), "chunked", q, k, v, log_decay)
     out_dtype = _out_dtype(q, v)

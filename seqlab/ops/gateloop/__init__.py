@@ -66,7 +66,6 @@ Files: ``recurrent.py`` (eq. 7-8, the float64 reference), ``associative.py`` (eq
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
@@ -78,8 +77,10 @@ from seqlab.ops._checks import (
     check_shape,
     check_tensor,
     has_values,
+    host_checks,
     traceable_mode,
 )
+from seqlab.ops._checks import CHECK_VALUES
 from seqlab.ops.gateloop.associative import _associative
 from seqlab.ops.gateloop.attention import _attention, _attention_matrix_stable, _attention_naive
 from seqlab.ops.gateloop.chunked import _chunked
@@ -145,22 +146,6 @@ def _check_magnitude(a):
                                  f"magnitude), got max |a| = {biggest:.6g} for a of shape {tuple(a.shape)}")
 
 
-CHECK_VALUES = "SEQLAB_CHECK_VALUES"   # the debug switch: =1 makes the GPU path check values on the host
-
-
-def _on_gpu(t: torch.Tensor) -> bool:
-    """Whether ``t`` lives on a CUDA device, where reading a value on the host waits for the whole queue of
-    kernels before it (a host synchronisation)."""
-    return t.device.type == "cuda"
-
-
-def _host_checks(t: torch.Tensor) -> bool:
-    """Whether the op may read values on the host: off the GPU always; on it only under the debug switch
-    ``SEQLAB_CHECK_VALUES=1``, which brings back the named errors (the argument and the index of the first bad
-    value) at the price of a synchronisation for each check."""
-    return not _on_gpu(t) or os.environ.get(CHECK_VALUES, "0") not in ("", "0")
-
-
 def _assert_values_async(y, S, a):
     """The GPU path's value check, without a synchronisation: one device-side assertion that ``y`` and ``S_L``
     are finite and ``|a| <= 1``. A non-finite input cannot hide from it: NaN and inf propagate through eq. 7-8
@@ -219,7 +204,7 @@ def gateloop(q, k, v, a, *, h0=None, mode: str = "auto", return_state: bool = Fa
     if mode == "numba":
         y, S = _run_numba(q, k, v, a, h0, dtype)
     else:
-        host = _host_checks(q)
+        host = host_checks(q)
         if host:
             _check_values(q, k, v, a, h0)
         q, k, v, a = (t.to(dtype) for t in (q, k, v, a))
