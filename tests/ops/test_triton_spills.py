@@ -21,8 +21,11 @@ def _jobs():
     configs = []
     for d in HEAD_SIZES:
         BK, BV, DOT = gl.gateloop_blocks(d, d)
-        for phase in (False, True):      # real positive transitions skip the phasors
-            configs += [("seqlab.ops.gateloop.triton", k, dict(C=gl.CHUNK, BK=BK, BV=BV, DOT=DOT, PHASE=phase),
+        # real inputs and transitions (real planes only), complex inputs with real positive transitions (no
+        # phasors), complex transitions
+        for phase, cplx in ((False, False), (False, True), (True, True)):
+            configs += [("seqlab.ops.gateloop.triton", k,
+                         dict(C=gl.CHUNK, BK=BK, BV=BV, DOT=DOT, PHASE=phase, CPLX=cplx),
                          gl.gateloop_warps(k, DOT)) for k in gl.KERNELS]
         # the scan's widest branch: complex a and x, an initial state
         configs += [("seqlab.ops.scan.triton", k, dict(BLOCK_D=scan.block_d(d), COMPLEX_A=True, COMPLEX_X=True,
@@ -35,10 +38,15 @@ def _jobs():
             for m, k, c, w in unique for cap in CAPABILITIES]
 
 
-def test_every_kernel_compiles_without_spills():
+@pytest.fixture(scope="module")
+def report():
+    """``ptxas -v`` and the Triton IR of every job, compiled once for both tests (each compile takes ~0.5 s)."""
     from seqlab.kernels.aot import ptxas_usage
 
-    report = ptxas_usage(_jobs())
+    return ptxas_usage(_jobs())
+
+
+def test_every_kernel_compiles_without_spills(report):
     kernels = {r["kernel"] for r in report}
     assert {"chunk_dqk_kernel", "linear_scan_bwd_kernel", "logcumsumexp_bwd_kernel"} <= kernels
     missing = [r for r in report if r["spill_stores"] is None]
@@ -49,18 +57,27 @@ def test_every_kernel_compiles_without_spills():
     assert not spills, "kernels that spill:\n" + "\n".join(spills)
 
 
-def test_no_kernel_multiplies_matrices_in_reduced_precision():
+def test_no_kernel_multiplies_matrices_in_reduced_precision(report):
     """Every ``tt.dot`` in the Triton IR is one the kernel asks for, in full precision: the elementwise path of
     small GateLoop heads (``DOT=False``) holds none, since Triton's combiner turns a broadcast multiply-and-sum
     into a ``tt.dot``, which gave wrong gradients at sides of 1 on an H100 (Triton 3.6; this test would have caught
     it); and every ``tt.dot`` is in full (IEEE) precision: TF32 would break the float32 tolerances."""
-    from seqlab.kernels.aot import ptxas_usage
-
-    jobs = [j for j in _jobs() if j["capability"] == 90]
-    report = ptxas_usage(jobs)
+    report = [r for r in report if r["capability"] == 90]
     made = [f"{r['kernel']} {r['constexprs']}: {r['dots']}" for r in report
             if r["constexprs"].get("DOT") is False and r["dots"]]
     assert not made, "tt.dot in the elementwise path:\n" + "\n".join(made)
     # IEEE is tt.dot's default precision and is not printed; any other shows as "inputPrecision = tf32" etc.
     low = [f"{r['kernel']} {r['constexprs']}: {d}" for r in report for d in r["dots"] if "inputPrecision" in d]
     assert not low, "tt.dot below full precision:\n" + "\n".join(low)
+
+
+def test_real_inputs_take_one_product_where_complex_take_four(report):
+    """GateLoop's real path (real ``q, k, v, a``: ``CPLX=False``) holds a quarter of the complex path's ``tt.dot``s
+    and reads no imaginary planes: one real product where complex arithmetic needs four."""
+    dots = {(r["kernel"], r["constexprs"]["BK"], r["constexprs"]["CPLX"]): len(r["dots"]) for r in report
+            if r["module"] == "seqlab.ops.gateloop.triton" and r["constexprs"]["DOT"] and r["capability"] == 90
+            and not r["constexprs"]["PHASE"]}
+    pairs = [(key[:2], n, dots[(*key[:2], True)]) for key, n in dots.items() if not key[2]]
+    assert pairs and any(n for _, n, _ in pairs)
+    wrong = [f"{kernel}: {n} real, {c} complex" for kernel, n, c in pairs if 4 * n != c]
+    assert not wrong, "real path not a quarter of the complex products:\n" + "\n".join(wrong)

@@ -4,7 +4,10 @@
 Triton has no complex dtype: every complex tensor travels as a real and an imaginary plane, and
 the transitions as a ``log|a|`` plane and (only when some ``a`` is not real and positive) the planes of
 their phasors' products from each chunk's start, ``P_n = prod_{j<=n} a_j / |a_j|``, taken in torch: a
-phase between steps ``m`` and ``n`` is ``P_n conj(P_m)``, so no sine or cosine runs in a kernel. The sequence is cut into chunks of ``C = 16``
+phase between steps ``m`` and ``n`` is ``P_n conj(P_m)``, so no sine or cosine runs in a kernel. When ``q, k, v``,
+``h0`` and ``a`` are all real and every ``a`` is positive (the causal decays, linear attention, real GateLoop), the
+kernels run on the real planes alone (``CPLX=False``): no imaginary plane is read or written and every product is one
+real ``tl.dot`` instead of four. The sequence is cut into chunks of ``C = 16``
 steps; ``n, m, j`` index steps inside a chunk. Per chunk (the ``"chunked"`` mode of
 ``seqlab.ops.gateloop``, eq. 7-9 restarted at the chunk):
 
@@ -84,21 +87,63 @@ if triton is not None:
             return tl.sum(tl.trans(a)[:, :, None] * b[:, None, :], axis=0)
 
     @triton.jit
-    def _cmm(a_re, a_im, b_re, b_im, DOT: tl.constexpr):
-        """Complex ``a @ b`` on real and imaginary planes."""
-        re = _mm(a_re, b_re, DOT) - _mm(a_im, b_im, DOT)
-        im = _mm(a_re, b_im, DOT) + _mm(a_im, b_re, DOT)
-        return re, im
+    def _cmm(a_re, a_im, b_re, b_im, DOT: tl.constexpr, CPLX: tl.constexpr):
+        """``a @ b``: complex on real and imaginary planes (4 products), or real (1 product; imaginary part None)."""
+        if CPLX:
+            re = _mm(a_re, b_re, DOT) - _mm(a_im, b_im, DOT)
+            im = _mm(a_re, b_im, DOT) + _mm(a_im, b_re, DOT)
+            return re, im
+        else:
+            return _mm(a_re, b_re, DOT), None
 
     @triton.jit
-    def _decay(log_mag, p_re, p_im, PHASE: tl.constexpr):
+    def _cmul(a_re, a_im, b_re, b_im, CPLX: tl.constexpr):
+        """Elementwise ``a * b`` (real when not ``CPLX``: imaginary parts None)."""
+        if CPLX:
+            return a_re * b_re - a_im * b_im, a_re * b_im + a_im * b_re
+        else:
+            return a_re * b_re, None
+
+    @triton.jit
+    def _cmulc(a_re, a_im, b_re, b_im, CPLX: tl.constexpr):
+        """Elementwise ``conj(a) * b``."""
+        if CPLX:
+            return a_re * b_re + a_im * b_im, a_re * b_im - a_im * b_re
+        else:
+            return a_re * b_re, None
+
+    @triton.jit
+    def _conj(re, im, TRANS: tl.constexpr, CPLX: tl.constexpr):
+        """``conj(x)``, or its conjugate transpose ``x^H`` (``TRANS``)."""
+        if TRANS:
+            re = tl.trans(re)
+        if CPLX:
+            if TRANS:
+                im = tl.trans(im)
+            return re, -im
+        else:
+            return re, None
+
+    @triton.jit
+    def _trans(re, im, CPLX: tl.constexpr):
+        """``x^T``."""
+        if CPLX:
+            return tl.trans(re), tl.trans(im)
+        else:
+            return tl.trans(re), None
+
+    @triton.jit
+    def _decay(log_mag, p_re, p_im, PHASE: tl.constexpr, CPLX: tl.constexpr):
         """``exp(log_mag) * p`` as (re, im): a decay from its summed ``log|a|`` and its product of phasors
-        ``p = prod a / |a|`` (``PHASE=False``: every ``a`` real and positive, ``p = 1``)."""
+        ``p = prod a / |a|`` (``PHASE=False``: every ``a`` real and positive, ``p = 1``; a zero imaginary part in
+        complex arithmetic, none in real)."""
         r = tl.exp(log_mag)
         if PHASE:
             return r * p_re, r * p_im
-        else:
+        elif CPLX:
             return r, tl.zeros_like(r)
+        else:
+            return r, None
 
     @triton.jit
     def _transitions(la, ph_re, ph_im, base, rows, L, NT, offs_k, DK, C: tl.constexpr, PHASE: tl.constexpr):
@@ -120,41 +165,54 @@ if triton is not None:
         return tl.sum(tl.where(offs_c[:, None] == m, x, 0.0), axis=0)
 
     @triton.jit
-    def _tile(re_ptr, im_ptr, base, rows, L, offs, D):
-        """A (C, B) tile of a (L, D) plane pair from row ``rows[0]``: rows past L and columns past D read 0."""
+    def _tile(re_ptr, im_ptr, base, rows, L, offs, D, CPLX: tl.constexpr):
+        """A (C, B) tile of a (L, D) plane pair from row ``rows[0]``: rows past L and columns past D read 0
+        (real inputs: the real plane only, the imaginary part None)."""
         mask = (rows[:, None] < L) & (offs[None, :] < D)
         p = base + rows[:, None] * D + offs[None, :]
-        return tl.load(re_ptr + p, mask=mask, other=0.0), tl.load(im_ptr + p, mask=mask, other=0.0)
+        if CPLX:
+            return tl.load(re_ptr + p, mask=mask, other=0.0), tl.load(im_ptr + p, mask=mask, other=0.0)
+        else:
+            return tl.load(re_ptr + p, mask=mask, other=0.0), None
 
     @triton.jit
-    def _store_tile(re_ptr, im_ptr, base, rows, L, offs, D, x_re, x_im):
+    def _store_tile(re_ptr, im_ptr, base, rows, L, offs, D, x_re, x_im, CPLX: tl.constexpr):
         """Store a (C, B) tile pair into a (L, D) plane pair from row ``rows[0]`` (rows past L, columns past D
         left alone): the inverse of :func:`_tile`."""
         mask = (rows[:, None] < L) & (offs[None, :] < D)
         p = base + rows[:, None] * D + offs[None, :]
         tl.store(re_ptr + p, x_re, mask=mask)
-        tl.store(im_ptr + p, x_im, mask=mask)
+        if CPLX:
+            tl.store(im_ptr + p, x_im, mask=mask)
 
     @triton.jit
-    def _state_tile(re_ptr, im_ptr, base, offs_k, offs_v, DK, DV):
+    def _state_tile(re_ptr, im_ptr, base, offs_k, offs_v, DK, DV, CPLX: tl.constexpr):
         """A (BK, BV) tile of a (DK, DV) state at ``base``: its offsets within the state, mask and values."""
         p = offs_k[:, None] * DV + offs_v[None, :]
         mask = (offs_k[:, None] < DK) & (offs_v[None, :] < DV)
         re = tl.load(re_ptr + base + p, mask=mask, other=0.0)
-        return p, mask, re, tl.load(im_ptr + base + p, mask=mask, other=0.0)
+        if CPLX:
+            return p, mask, re, tl.load(im_ptr + base + p, mask=mask, other=0.0)
+        else:
+            return p, mask, re, None
 
     @triton.jit
-    def _from_start(la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C: tl.constexpr, PHASE: tl.constexpr):
+    def _from_start(la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C: tl.constexpr, PHASE: tl.constexpr,
+                    CPLX: tl.constexpr):
         """One tile's ``log|a|`` and phasor products ``P`` (C, BK), its decays from the chunk's start ``exp(g_n)``
         (C, BK) and through the whole chunk ``exp(g_last)`` (BK,)."""
         lam, p_re, p_im = _transitions(la, ph_re, ph_im, bh * DK, rows, L, NT, offs_k, DK, C, PHASE)
         g = tl.cumsum(lam, axis=0)
-        e_re, e_im = _decay(g, p_re, p_im, PHASE)
-        t_re, t_im = _decay(tl.sum(lam, axis=0), _row(p_re, C - 1, offs_c), _row(p_im, C - 1, offs_c), PHASE)
+        e_re, e_im = _decay(g, p_re, p_im, PHASE, CPLX)
+        if PHASE:
+            t_re, t_im = _decay(tl.sum(lam, axis=0), _row(p_re, C - 1, offs_c), _row(p_im, C - 1, offs_c), PHASE, CPLX)
+        else:
+            t_re, t_im = _decay(tl.sum(lam, axis=0), None, None, PHASE, CPLX)
         return lam, p_re, p_im, e_re, e_im, t_re, t_im
 
     @triton.jit
-    def _to_end(la, bh, rows, L, offs_c, offs_k, DK, p_re, p_im, C: tl.constexpr, PHASE: tl.constexpr):
+    def _to_end(la, bh, rows, L, offs_c, offs_k, DK, p_re, p_im, C: tl.constexpr, PHASE: tl.constexpr,
+                CPLX: tl.constexpr):
         """Decays to the chunk's end, ``exp(E_m) = prod_{m < j < C} a_j`` (C, BK): a reverse cumulative sum of the
         next rows' ``log|a|`` (loaded shifted by one, so that nothing is subtracted), and ``P_last conj(P_m)``."""
         nxt = tl.where(offs_c + 1 < C, rows + 1, L)         # the row after, or past the end (a = 1)
@@ -164,16 +222,16 @@ if triton is not None:
         if PHASE:
             last_re = _row(p_re, C - 1, offs_c)[None, :]
             last_im = _row(p_im, C - 1, offs_c)[None, :]
-            return _decay(E, last_re * p_re + last_im * p_im, last_im * p_re - last_re * p_im, PHASE)
+            return _decay(E, last_re * p_re + last_im * p_im, last_im * p_re - last_re * p_im, PHASE, CPLX)
         else:
-            return _decay(E, E, E, PHASE)
+            return _decay(E, None, None, PHASE, CPLX)
 
     @triton.jit
-    def _decay_from(lam, p_re, p_im, m, offs_c, PHASE: tl.constexpr):
+    def _decay_from(lam, p_re, p_im, m, offs_c, PHASE: tl.constexpr, CPLX: tl.constexpr):
         """``exp(D[n, m])`` for every n (C, BK), zero for n < m. The magnitude from the segment sums
         ``sum_{m<j<=n} log|a_j|``, summed afresh (a difference of cumulative sums would lose digits after a
         near-reset); the phase as ``P_n conj(P_m)``, products of unit phasors, which lose none.
-        (Written without calls to other helpers: in the interpreter each call of a jitted function costs ~2 ms.)"""
+        (Written without calls to other helpers: in the interpreter each call of a jitted function costs ~0.5 ms.)"""
         D = tl.cumsum(tl.where(offs_c[:, None] > m, lam, 0.0), axis=0)
         mag = tl.where(offs_c[:, None] >= m, tl.exp(D), 0.0)
         if PHASE:
@@ -181,145 +239,174 @@ if triton is not None:
             pm_re = tl.sum(tl.where(at_m, p_re, 0.0), axis=0)[None, :]
             pm_im = tl.sum(tl.where(at_m, p_im, 0.0), axis=0)[None, :]
             return mag * (p_re * pm_re + p_im * pm_im), mag * (p_im * pm_re - p_re * pm_im)
-        else:
+        elif CPLX:
             return mag, tl.zeros_like(mag)
+        else:
+            return mag, None
 
     @triton.jit
-    def _chunk_matrix(re_ptr, im_ptr, chunk, offs_c, C: tl.constexpr):
+    def _chunk_matrix(re_ptr, im_ptr, chunk, offs_c, C: tl.constexpr, CPLX: tl.constexpr):
         """Chunk ``chunk``'s (C, C) matrix of a (BH * NT, C, C) plane pair."""
         p = chunk * C * C + offs_c[:, None] * C + offs_c[None, :]
-        return tl.load(re_ptr + p), tl.load(im_ptr + p)
+        if CPLX:
+            return tl.load(re_ptr + p), tl.load(im_ptr + p)
+        else:
+            return tl.load(re_ptr + p), None
 
     @triton.jit
-    def _intra_attention(q_re, q_im, k_re, k_im, lam, p_re, p_im, offs_c, C: tl.constexpr, PHASE: tl.constexpr):
+    def _intra_attention(q_re, q_im, k_re, k_im, lam, p_re, p_im, offs_c, C: tl.constexpr, PHASE: tl.constexpr,
+                         CPLX: tl.constexpr):
         """This key tile's share of ``A[n, m] = sum_d q_nd k_md exp(D[n, m, d])`` (C, C), built a column at a time."""
         A_re = tl.zeros((C, C), dtype=q_re.dtype)
-        A_im = tl.zeros((C, C), dtype=q_re.dtype)
+        if CPLX:
+            A_im = tl.zeros((C, C), dtype=q_re.dtype)
         for m in range(C):
-            w_re, w_im = _decay_from(lam, p_re, p_im, m, offs_c, PHASE)                 # (C, BK)
+            w_re, w_im = _decay_from(lam, p_re, p_im, m, offs_c, PHASE, CPLX)          # (C, BK)
             at_m = offs_c[:, None] == m
-            km_re = tl.sum(tl.where(at_m, k_re, 0.0), axis=0)[None, :]    # k_m  (1, BK)
-            km_im = tl.sum(tl.where(at_m, k_im, 0.0), axis=0)[None, :]
-            x_re = km_re * w_re - km_im * w_im                            # k_m . exp(D[:, m])
-            x_im = km_re * w_im + km_im * w_re
-            col_re = tl.sum(q_re * x_re - q_im * x_im, axis=1)            # (C,)
-            col_im = tl.sum(q_re * x_im + q_im * x_re, axis=1)
             here = offs_c[None, :] == m
-            A_re += tl.where(here, col_re[:, None], 0.0)
-            A_im += tl.where(here, col_im[:, None], 0.0)
-        return A_re, A_im
+            km_re = tl.sum(tl.where(at_m, k_re, 0.0), axis=0)[None, :]    # k_m  (1, BK)
+            if CPLX:
+                km_im = tl.sum(tl.where(at_m, k_im, 0.0), axis=0)[None, :]
+                x_re = km_re * w_re - km_im * w_im                        # k_m . exp(D[:, m])
+                x_im = km_re * w_im + km_im * w_re
+                col_re = tl.sum(q_re * x_re - q_im * x_im, axis=1)        # (C,)
+                col_im = tl.sum(q_re * x_im + q_im * x_re, axis=1)
+                A_re += tl.where(here, col_re[:, None], 0.0)
+                A_im += tl.where(here, col_im[:, None], 0.0)
+            else:
+                A_re += tl.where(here, tl.sum(q_re * (km_re * w_re), axis=1)[:, None], 0.0)
+        if CPLX:
+            return A_re, A_im
+        else:
+            return A_re, None
 
     @triton.jit
     def chunk_states_kernel(k_re, k_im, v_re, v_im, la, ph_re, ph_im, h0_re, h0_im, hs_re, hs_im, sL_re, sL_im,
                             L, DK, DV, NT,
                             C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-                            PHASE: tl.constexpr):
+                            PHASE: tl.constexpr, CPLX: tl.constexpr):
         """``S_in`` of every chunk into ``hs`` (BH, NT, DK, DV) and ``S_L`` into ``sL``;
         grid (BH, key tiles, value tiles)."""
         bh = tl.program_id(0)
         offs_c = tl.arange(0, C)
         offs_k = tl.program_id(1) * BK + tl.arange(0, BK)
         offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
-        p_s, m_s, S_re, S_im = _state_tile(h0_re, h0_im, bh * DK * DV, offs_k, offs_v, DK, DV)   # S_0 (BK, BV)
+        p_s, m_s, S_re, S_im = _state_tile(h0_re, h0_im, bh * DK * DV, offs_k, offs_v, DK, DV, CPLX)  # S_0 (BK, BV)
         for c in range(NT):
             tl.store(hs_re + (bh * NT + c) * DK * DV + p_s, S_re, mask=m_s)
-            tl.store(hs_im + (bh * NT + c) * DK * DV + p_s, S_im, mask=m_s)
+            if CPLX:
+                tl.store(hs_im + (bh * NT + c) * DK * DV + p_s, S_im, mask=m_s)
             rows = c * C + offs_c
-            kr, ki = _tile(k_re, k_im, bh * L * DK, rows, L, offs_k, DK)             # (C, BK)
-            vr, vi = _tile(v_re, v_im, bh * L * DV, rows, L, offs_v, DV)             # (C, BV)
+            kr, ki = _tile(k_re, k_im, bh * L * DK, rows, L, offs_k, DK, CPLX)       # (C, BK)
+            vr, vi = _tile(v_re, v_im, bh * L * DV, rows, L, offs_v, DV, CPLX)       # (C, BV)
             lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
-                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE)
-            E_re, E_im = _to_end(la, bh, rows, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE)
-            ke_re = kr * E_re - ki * E_im                                             # k_m . exp(E_m)
-            ke_im = kr * E_im + ki * E_re
-            nr, ni = _cmm(tl.trans(ke_re), tl.trans(ke_im), vr, vi, DOT)              # (BK, BV)
-            S_re, S_im = (t_re[:, None] * S_re - t_im[:, None] * S_im + nr,
-                          t_re[:, None] * S_im + t_im[:, None] * S_re + ni)
+                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
+            E_re, E_im = _to_end(la, bh, rows, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE, CPLX)
+            ke_re, ke_im = _cmul(kr, ki, E_re, E_im, CPLX)                           # k_m . exp(E_m)
+            kt_re, kt_im = _trans(ke_re, ke_im, CPLX)
+            nr, ni = _cmm(kt_re, kt_im, vr, vi, DOT, CPLX)                           # (BK, BV)
+            if CPLX:
+                S_re, S_im = (t_re[:, None] * S_re - t_im[:, None] * S_im + nr,
+                              t_re[:, None] * S_im + t_im[:, None] * S_re + ni)
+            else:
+                S_re = t_re[:, None] * S_re + nr
         tl.store(sL_re + bh * DK * DV + p_s, S_re, mask=m_s)
-        tl.store(sL_im + bh * DK * DV + p_s, S_im, mask=m_s)
+        if CPLX:
+            tl.store(sL_im + bh * DK * DV + p_s, S_im, mask=m_s)
 
     @triton.jit
     def chunk_attention_kernel(q_re, q_im, k_re, k_im, la, ph_re, ph_im, A_re, A_im,
-                               L, DK, NT, C: tl.constexpr, BK: tl.constexpr, PHASE: tl.constexpr):
+                               L, DK, NT, C: tl.constexpr, BK: tl.constexpr, PHASE: tl.constexpr,
+                               CPLX: tl.constexpr):
         """The intra-chunk attention ``A`` (C, C) of one chunk, summed over the key tiles, into ``A`` (BH, NT, C, C);
         grid (BH, NT)."""
         bh, c = tl.program_id(0), tl.program_id(1)
         offs_c = tl.arange(0, C)
         rows = c * C + offs_c
         acc_re = tl.zeros((C, C), dtype=q_re.dtype.element_ty)
-        acc_im = tl.zeros((C, C), dtype=q_re.dtype.element_ty)
+        if CPLX:
+            acc_im = tl.zeros((C, C), dtype=q_re.dtype.element_ty)
         for kt in range(tl.cdiv(DK, BK)):
             offs_k = kt * BK + tl.arange(0, BK)
-            qr, qi = _tile(q_re, q_im, bh * L * DK, rows, L, offs_k, DK)
-            kr, ki = _tile(k_re, k_im, bh * L * DK, rows, L, offs_k, DK)
+            qr, qi = _tile(q_re, q_im, bh * L * DK, rows, L, offs_k, DK, CPLX)
+            kr, ki = _tile(k_re, k_im, bh * L * DK, rows, L, offs_k, DK, CPLX)
             lam, p_re, p_im, _, _, _, _ = _from_start(
-                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE)
-            a_re, a_im = _intra_attention(qr, qi, kr, ki, lam, p_re, p_im, offs_c, C, PHASE)
+                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
+            a_re, a_im = _intra_attention(qr, qi, kr, ki, lam, p_re, p_im, offs_c, C, PHASE, CPLX)
             acc_re += a_re
-            acc_im += a_im
+            if CPLX:
+                acc_im += a_im
         p = (bh * NT + c) * C * C + offs_c[:, None] * C + offs_c[None, :]
         tl.store(A_re + p, acc_re)
-        tl.store(A_im + p, acc_im)
+        if CPLX:
+            tl.store(A_im + p, acc_im)
 
     @triton.jit
     def chunk_output_kernel(q_re, q_im, v_re, v_im, la, ph_re, ph_im, hs_re, hs_im, A_re, A_im, y_re, y_im,
                             L, DK, DV, NT,
                             C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-                            PHASE: tl.constexpr):
+                            PHASE: tl.constexpr, CPLX: tl.constexpr):
         """``y`` of one chunk and value tile; grid (BH, NT, value tiles)."""
         bh, c = tl.program_id(0), tl.program_id(1)
         offs_c = tl.arange(0, C)
         offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
         rows = c * C + offs_c
-        vr, vi = _tile(v_re, v_im, bh * L * DV, rows, L, offs_v, DV)
-        a_re, a_im = _chunk_matrix(A_re, A_im, bh * NT + c, offs_c, C)
-        yr, yi = _cmm(a_re, a_im, vr, vi, DOT)                                            # A v  (C, BV)
+        vr, vi = _tile(v_re, v_im, bh * L * DV, rows, L, offs_v, DV, CPLX)
+        a_re, a_im = _chunk_matrix(A_re, A_im, bh * NT + c, offs_c, C, CPLX)
+        yr, yi = _cmm(a_re, a_im, vr, vi, DOT, CPLX)                                      # A v  (C, BV)
         for kt in range(tl.cdiv(DK, BK)):
             offs_k = kt * BK + tl.arange(0, BK)
-            qr, qi = _tile(q_re, q_im, bh * L * DK, rows, L, offs_k, DK)
+            qr, qi = _tile(q_re, q_im, bh * L * DK, rows, L, offs_k, DK, CPLX)
             lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
-                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE)
-            _, _, S_re, S_im = _state_tile(hs_re, hs_im, (bh * NT + c) * DK * DV, offs_k, offs_v, DK, DV)
-            ur, ui = _cmm(qr * e_re - qi * e_im, qr * e_im + qi * e_re, S_re, S_im, DOT)   # (q . exp(g)) S_in
+                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
+            _, _, S_re, S_im = _state_tile(hs_re, hs_im, (bh * NT + c) * DK * DV, offs_k, offs_v, DK, DV, CPLX)
+            qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)                                # q . exp(g)
+            ur, ui = _cmm(qe_re, qe_im, S_re, S_im, DOT, CPLX)                            # (q . exp(g)) S_in
             yr += ur
-            yi += ui
-        _store_tile(y_re, y_im, bh * L * DV, rows, L, offs_v, DV, yr, yi)
+            if CPLX:
+                yi += ui
+        _store_tile(y_re, y_im, bh * L * DV, rows, L, offs_v, DV, yr, yi, CPLX)
 
     @triton.jit
     def chunk_adjoint_kernel(q_re, q_im, la, ph_re, ph_im, g_re, g_im, gS_re, gS_im, dhs_re, dhs_im, dh0_re, dh0_im,
                              L, DK, DV, NT,
                              C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-                             PHASE: tl.constexpr):
+                             PHASE: tl.constexpr, CPLX: tl.constexpr):
         """``dS_out`` of every chunk into ``dhs`` (from ``dL/dS_L``, backwards) and ``dL/dh0``;
         grid (BH, key tiles, value tiles)."""
         bh = tl.program_id(0)
         offs_c = tl.arange(0, C)
         offs_k = tl.program_id(1) * BK + tl.arange(0, BK)
         offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
-        p_s, m_s, dS_re, dS_im = _state_tile(gS_re, gS_im, bh * DK * DV, offs_k, offs_v, DK, DV)
+        p_s, m_s, dS_re, dS_im = _state_tile(gS_re, gS_im, bh * DK * DV, offs_k, offs_v, DK, DV, CPLX)
         for i in range(NT):
             c = NT - 1 - i
             tl.store(dhs_re + (bh * NT + c) * DK * DV + p_s, dS_re, mask=m_s)
-            tl.store(dhs_im + (bh * NT + c) * DK * DV + p_s, dS_im, mask=m_s)
+            if CPLX:
+                tl.store(dhs_im + (bh * NT + c) * DK * DV + p_s, dS_im, mask=m_s)
             rows = c * C + offs_c
-            qr, qi = _tile(q_re, q_im, bh * L * DK, rows, L, offs_k, DK)
-            gr, gi = _tile(g_re, g_im, bh * L * DV, rows, L, offs_v, DV)             # G = dL/dy  (C, BV)
+            qr, qi = _tile(q_re, q_im, bh * L * DK, rows, L, offs_k, DK, CPLX)
+            gr, gi = _tile(g_re, g_im, bh * L * DV, rows, L, offs_v, DV, CPLX)     # G = dL/dy  (C, BV)
             lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
-                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE)
-            qe_re = qr * e_re - qi * e_im
-            qe_im = qr * e_im + qi * e_re
-            ar, ai = _cmm(tl.trans(qe_re), -tl.trans(qe_im), gr, gi, DOT)            # (q . exp(g))^H G
-            dS_re, dS_im = (t_re[:, None] * dS_re + t_im[:, None] * dS_im + ar,
-                            t_re[:, None] * dS_im - t_im[:, None] * dS_re + ai)
+                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
+            qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)
+            qh_re, qh_im = _conj(qe_re, qe_im, True, CPLX)
+            ar, ai = _cmm(qh_re, qh_im, gr, gi, DOT, CPLX)                         # (q . exp(g))^H G
+            if CPLX:
+                dS_re, dS_im = (t_re[:, None] * dS_re + t_im[:, None] * dS_im + ar,
+                                t_re[:, None] * dS_im - t_im[:, None] * dS_re + ai)
+            else:
+                dS_re = t_re[:, None] * dS_re + ar
         tl.store(dh0_re + bh * DK * DV + p_s, dS_re, mask=m_s)
-        tl.store(dh0_im + bh * DK * DV + p_s, dS_im, mask=m_s)
+        if CPLX:
+            tl.store(dh0_im + bh * DK * DV + p_s, dS_im, mask=m_s)
 
     @triton.jit
     def chunk_dqk_kernel(q_re, q_im, k_re, k_im, v_re, v_im, la, ph_re, ph_im, g_re, g_im, hs_re, hs_im, dhs_re, dhs_im,
                          dq_re, dq_im, dk_re, dk_im, dl_re, dl_im,
                          L, DK, DV, NT,
                          C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-                         PHASE: tl.constexpr):
+                         PHASE: tl.constexpr, CPLX: tl.constexpr):
         """``dq``, ``dk`` and ``dL/dlog a`` of one chunk and key tile; grid (BH, NT, key tiles)."""
         bh, c = tl.program_id(0), tl.program_id(1)
         offs_c = tl.arange(0, C)
@@ -329,108 +416,126 @@ if triton is not None:
         state = (bh * NT + c) * DK * DV
         zero_ck = tl.zeros((C, BK), dtype=q_re.dtype.element_ty)
         P_re = tl.zeros((C, C), dtype=q_re.dtype.element_ty)      # P = G v^H
-        P_im = tl.zeros((C, C), dtype=q_re.dtype.element_ty)
-        GS_re, GS_im = zero_ck, zero_ck                            # G S_in^H           (C, BK)
-        W_re, W_im = zero_ck, zero_ck                              # conj(v) dS_out^T   (C, BK)
+        GS_re = zero_ck                                            # G S_in^H           (C, BK)
+        W_re = zero_ck                                             # conj(v) dS_out^T   (C, BK)
         o_re = tl.zeros((BK,), dtype=q_re.dtype.element_ty)        # sum_e dS_out conj(S_in)
-        o_im = tl.zeros((BK,), dtype=q_re.dtype.element_ty)
+        if CPLX:
+            P_im = tl.zeros((C, C), dtype=q_re.dtype.element_ty)
+            GS_im, W_im = zero_ck, zero_ck
+            o_im = tl.zeros((BK,), dtype=q_re.dtype.element_ty)
         for vt in range(tl.cdiv(DV, BV)):
             offs_v = vt * BV + tl.arange(0, BV)
-            vr, vi = _tile(v_re, v_im, bh * L * DV, rows, L, offs_v, DV)             # (C, BV)
-            gr, gi = _tile(g_re, g_im, bh * L * DV, rows, L, offs_v, DV)
-            _, _, S_re, S_im = _state_tile(hs_re, hs_im, state, offs_k, offs_v, DK, DV)       # (BK, BV)
-            _, _, dS_re, dS_im = _state_tile(dhs_re, dhs_im, state, offs_k, offs_v, DK, DV)
-            pr, pi = _cmm(gr, gi, tl.trans(vr), -tl.trans(vi), DOT)
+            vr, vi = _tile(v_re, v_im, bh * L * DV, rows, L, offs_v, DV, CPLX)     # (C, BV)
+            gr, gi = _tile(g_re, g_im, bh * L * DV, rows, L, offs_v, DV, CPLX)
+            _, _, S_re, S_im = _state_tile(hs_re, hs_im, state, offs_k, offs_v, DK, DV, CPLX)      # (BK, BV)
+            _, _, dS_re, dS_im = _state_tile(dhs_re, dhs_im, state, offs_k, offs_v, DK, DV, CPLX)
+            vh_re, vh_im = _conj(vr, vi, True, CPLX)
+            Sh_re, Sh_im = _conj(S_re, S_im, True, CPLX)
+            vc_re, vc_im = _conj(vr, vi, False, CPLX)
+            dSt_re, dSt_im = _trans(dS_re, dS_im, CPLX)
+            pr, pi = _cmm(gr, gi, vh_re, vh_im, DOT, CPLX)
+            hr, hi = _cmm(gr, gi, Sh_re, Sh_im, DOT, CPLX)
+            wr, wi = _cmm(vc_re, vc_im, dSt_re, dSt_im, DOT, CPLX)
+            or_, oi = _cmulc(S_re, S_im, dS_re, dS_im, CPLX)
             P_re += pr
-            P_im += pi
-            hr, hi = _cmm(gr, gi, tl.trans(S_re), -tl.trans(S_im), DOT)
             GS_re += hr
-            GS_im += hi
-            wr, wi = _cmm(vr, -vi, tl.trans(dS_re), tl.trans(dS_im), DOT)
             W_re += wr
-            W_im += wi
-            o_re += tl.sum(dS_re * S_re + dS_im * S_im, axis=1)
-            o_im += tl.sum(dS_im * S_re - dS_re * S_im, axis=1)
-        qr, qi = _tile(q_re, q_im, base_k, rows, L, offs_k, DK)                       # (C, BK)
-        kr, ki = _tile(k_re, k_im, base_k, rows, L, offs_k, DK)
+            o_re += tl.sum(or_, axis=1)
+            if CPLX:
+                P_im += pi
+                GS_im += hi
+                W_im += wi
+                o_im += tl.sum(oi, axis=1)
+        if not CPLX:
+            P_im, GS_im, W_im, o_im = None, None, None, None
+        qr, qi = _tile(q_re, q_im, base_k, rows, L, offs_k, DK, CPLX)                 # (C, BK)
+        kr, ki = _tile(k_re, k_im, base_k, rows, L, offs_k, DK, CPLX)
         lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
-                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE)
-        E_re, E_im = _to_end(la, bh, rows, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE)
+                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
+        E_re, E_im = _to_end(la, bh, rows, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE, CPLX)
         # the state parts: dq = conj(exp(g)) . (G S_in^H), dk = conj(exp(E)) . W
-        dqr = e_re * GS_re + e_im * GS_im
-        dqi = e_re * GS_im - e_im * GS_re
-        dkr = E_re * W_re + E_im * W_im
-        dki = E_re * W_im - E_im * W_re
+        dqr, dqi = _cmulc(e_re, e_im, GS_re, GS_im, CPLX)
+        dkr, dki = _cmulc(E_re, E_im, W_re, W_im, CPLX)
         # dlog a_j, path (2): sum_{n >= j} conj(q_n . exp(g_n)) . (G_n S_in^H)
-        qe_re = qr * e_re - qi * e_im
-        qe_im = qr * e_im + qi * e_re
-        dlr = tl.cumsum(qe_re * GS_re + qe_im * GS_im, axis=0, reverse=True)
-        dli = tl.cumsum(qe_re * GS_im - qe_im * GS_re, axis=0, reverse=True)
+        qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)
+        s_re, s_im = _cmulc(qe_re, qe_im, GS_re, GS_im, CPLX)
         # path (4): conj(exp(g_last)) . sum_e dS_out conj(S_in), the same for every j
-        dlr += (t_re * o_re + t_im * o_im)[None, :]
-        dli += (t_re * o_im - t_im * o_re)[None, :]
+        u_re, u_im = _cmulc(t_re, t_im, o_re, o_im, CPLX)
+        dlr = tl.cumsum(s_re, axis=0, reverse=True) + u_re[None, :]
+        if CPLX:
+            dli = tl.cumsum(s_im, axis=0, reverse=True) + u_im[None, :]
         # path (3) needs V_m = conj(k_m . exp(E_m)) . W_m, summed over m < j
-        ke_re = kr * E_re - ki * E_im
-        ke_im = kr * E_im + ki * E_re
-        V_re = ke_re * W_re + ke_im * W_im
-        V_im = ke_re * W_im - ke_im * W_re
+        ke_re, ke_im = _cmul(kr, ki, E_re, E_im, CPLX)
+        V_re, V_im = _cmulc(ke_re, ke_im, W_re, W_im, CPLX)
         for m in range(C):
-            w_re, w_im = _decay_from(lam, p_re, p_im, m, offs_c, PHASE)                # exp(D[:, m])  (C, BK)
+            w_re, w_im = _decay_from(lam, p_re, p_im, m, offs_c, PHASE, CPLX)        # exp(D[:, m])  (C, BK)
             col_m = offs_c[None, :] == m
-            pm_re = tl.sum(tl.where(col_m, P_re, 0.0), axis=1)[:, None]              # P[:, m]  (C, 1)
-            pm_im = tl.sum(tl.where(col_m, P_im, 0.0), axis=1)[:, None]
             here = offs_c[:, None] == m
-            km_re = tl.sum(tl.where(here, kr, 0.0), axis=0)[None, :]                 # k_m  (1, BK)
-            km_im = tl.sum(tl.where(here, ki, 0.0), axis=0)[None, :]
-            # dq_n += conj(k_m . exp(D[n, m])) P[n, m]
-            x_re = km_re * w_re - km_im * w_im
-            x_im = km_re * w_im + km_im * w_re
-            dqr += x_re * pm_re + x_im * pm_im
-            dqi += x_re * pm_im - x_im * pm_re
-            # dk_m += sum_n conj(q_n . exp(D[n, m])) P[n, m]
-            y_re = qr * w_re - qi * w_im
-            y_im = qr * w_im + qi * w_re
-            dkr += tl.where(here, tl.sum(y_re * pm_re + y_im * pm_im, axis=0)[None, :], 0.0)
-            dki += tl.where(here, tl.sum(y_re * pm_im - y_im * pm_re, axis=0)[None, :], 0.0)
-            # path (1): T_n = conj(q_n k_m exp(D[n, m])) P[n, m]; dlog a_j += sum_{n >= j} T_n for j > m
-            z_re = y_re * km_re - y_im * km_im
-            z_im = y_re * km_im + y_im * km_re
             after = offs_c[:, None] > m
-            dlr += tl.where(after, tl.cumsum(z_re * pm_re + z_im * pm_im, axis=0, reverse=True), 0.0)
-            dli += tl.where(after, tl.cumsum(z_re * pm_im - z_im * pm_re, axis=0, reverse=True), 0.0)
-            # path (3): dlog a_j += V_m for j > m
-            dlr += tl.where(after, tl.sum(tl.where(here, V_re, 0.0), axis=0)[None, :], 0.0)
-            dli += tl.where(after, tl.sum(tl.where(here, V_im, 0.0), axis=0)[None, :], 0.0)
-        _store_tile(dq_re, dq_im, base_k, rows, L, offs_k, DK, dqr, dqi)
-        _store_tile(dk_re, dk_im, base_k, rows, L, offs_k, DK, dkr, dki)
-        _store_tile(dl_re, dl_im, base_k, rows, L, offs_k, DK, dlr, dli)
+            pm_re = tl.sum(tl.where(col_m, P_re, 0.0), axis=1)[:, None]              # P[:, m]  (C, 1)
+            km_re = tl.sum(tl.where(here, kr, 0.0), axis=0)[None, :]                 # k_m  (1, BK)
+            if CPLX:
+                pm_im = tl.sum(tl.where(col_m, P_im, 0.0), axis=1)[:, None]
+                km_im = tl.sum(tl.where(here, ki, 0.0), axis=0)[None, :]
+                # dq_n += conj(k_m . exp(D[n, m])) P[n, m]
+                x_re = km_re * w_re - km_im * w_im
+                x_im = km_re * w_im + km_im * w_re
+                dqr += x_re * pm_re + x_im * pm_im
+                dqi += x_re * pm_im - x_im * pm_re
+                # dk_m += sum_n conj(q_n . exp(D[n, m])) P[n, m]
+                y_re = qr * w_re - qi * w_im
+                y_im = qr * w_im + qi * w_re
+                dkr += tl.where(here, tl.sum(y_re * pm_re + y_im * pm_im, axis=0)[None, :], 0.0)
+                dki += tl.where(here, tl.sum(y_re * pm_im - y_im * pm_re, axis=0)[None, :], 0.0)
+                # path (1): T_n = conj(q_n k_m exp(D[n, m])) P[n, m]; dlog a_j += sum_{n >= j} T_n for j > m
+                z_re = y_re * km_re - y_im * km_im
+                z_im = y_re * km_im + y_im * km_re
+                # path (3): dlog a_j += V_m for j > m
+                dlr += tl.where(after, tl.cumsum(z_re * pm_re + z_im * pm_im, axis=0, reverse=True)
+                                + tl.sum(tl.where(here, V_re, 0.0), axis=0)[None, :], 0.0)
+                dli += tl.where(after, tl.cumsum(z_re * pm_im - z_im * pm_re, axis=0, reverse=True)
+                                + tl.sum(tl.where(here, V_im, 0.0), axis=0)[None, :], 0.0)
+            else:
+                dqr += km_re * w_re * pm_re                                          # dq_n += k_m exp(D[n, m]) P[n, m]
+                yp = qr * w_re * pm_re                                               # q_n exp(D[n, m]) P[n, m]
+                dkr += tl.where(here, tl.sum(yp, axis=0)[None, :], 0.0)
+                # paths (1) and (3), as above
+                dlr += tl.where(after, tl.cumsum(yp * km_re, axis=0, reverse=True)
+                                + tl.sum(tl.where(here, V_re, 0.0), axis=0)[None, :], 0.0)
+        if not CPLX:
+            dli = None
+        _store_tile(dq_re, dq_im, base_k, rows, L, offs_k, DK, dqr, dqi, CPLX)
+        _store_tile(dk_re, dk_im, base_k, rows, L, offs_k, DK, dkr, dki, CPLX)
+        _store_tile(dl_re, dl_im, base_k, rows, L, offs_k, DK, dlr, dli, CPLX)
 
     @triton.jit
     def chunk_dv_kernel(k_re, k_im, la, ph_re, ph_im, g_re, g_im, dhs_re, dhs_im, A_re, A_im, dv_re, dv_im,
                         L, DK, DV, NT,
                         C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-                        PHASE: tl.constexpr):
+                        PHASE: tl.constexpr, CPLX: tl.constexpr):
         """``dv`` of one chunk and value tile; grid (BH, NT, value tiles)."""
         bh, c = tl.program_id(0), tl.program_id(1)
         offs_c = tl.arange(0, C)
         offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
         rows = c * C + offs_c
         base_k = bh * L * DK
-        gr, gi = _tile(g_re, g_im, bh * L * DV, rows, L, offs_v, DV)
-        a_re, a_im = _chunk_matrix(A_re, A_im, bh * NT + c, offs_c, C)
-        xr, xi = _cmm(tl.trans(a_re), -tl.trans(a_im), gr, gi, DOT)                     # A^H G  (C, BV)
+        gr, gi = _tile(g_re, g_im, bh * L * DV, rows, L, offs_v, DV, CPLX)
+        a_re, a_im = _chunk_matrix(A_re, A_im, bh * NT + c, offs_c, C, CPLX)
+        ah_re, ah_im = _conj(a_re, a_im, True, CPLX)
+        xr, xi = _cmm(ah_re, ah_im, gr, gi, DOT, CPLX)                                  # A^H G  (C, BV)
         for kt in range(tl.cdiv(DK, BK)):
             offs_k = kt * BK + tl.arange(0, BK)
-            kr, ki = _tile(k_re, k_im, base_k, rows, L, offs_k, DK)
+            kr, ki = _tile(k_re, k_im, base_k, rows, L, offs_k, DK, CPLX)
             _, p_re, p_im = _transitions(la, ph_re, ph_im, bh * DK, rows, L, NT, offs_k, DK, C, PHASE)
-            E_re, E_im = _to_end(la, bh, rows, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE)
-            _, _, dS_re, dS_im = _state_tile(dhs_re, dhs_im, (bh * NT + c) * DK * DV, offs_k, offs_v, DK, DV)
-            ke_re = kr * E_re - ki * E_im
-            ke_im = kr * E_im + ki * E_re
-            ur, ui = _cmm(ke_re, -ke_im, dS_re, dS_im, DOT)                           # conj(k . exp(E)) dS_out
+            E_re, E_im = _to_end(la, bh, rows, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE, CPLX)
+            _, _, dS_re, dS_im = _state_tile(dhs_re, dhs_im, (bh * NT + c) * DK * DV, offs_k, offs_v, DK, DV, CPLX)
+            ke_re, ke_im = _cmul(kr, ki, E_re, E_im, CPLX)
+            kc_re, kc_im = _conj(ke_re, ke_im, False, CPLX)
+            ur, ui = _cmm(kc_re, kc_im, dS_re, dS_im, DOT, CPLX)                       # conj(k . exp(E)) dS_out
             xr += ur
-            xi += ui
-        _store_tile(dv_re, dv_im, bh * L * DV, rows, L, offs_v, DV, xr, xi)
+            if CPLX:
+                xi += ui
+        _store_tile(dv_re, dv_im, bh * L * DV, rows, L, offs_v, DV, xr, xi, CPLX)
 
 
 def gateloop_blocks(dk: int, dv: int) -> tuple[int, int, bool]:
@@ -485,14 +590,27 @@ class _Launch:
     """One head layout's kernel launches: sizes, blocks, and the transitions ``la = log|a|`` with their
     phasors ``(cos arg a, sin arg a)`` (none when every ``a`` is real and positive)."""
 
-    def __init__(self, BH, L, DK, DV, la, ph):
+    def __init__(self, BH, L, DK, DV, la, ph, cplx):
         self.BH, self.L, self.DK, self.DV = BH, L, DK, DV
+        self.cplx = cplx or ph is not None        # complex arithmetic; real inputs run on real planes only
         self.NT = triton.cdiv(L, CHUNK)
         self.BK, self.BV, self.DOT = gateloop_blocks(DK, DV)
         self.phase = ph is not None
         self.a = (la, *_phasor_products(ph, self.NT)) if self.phase else (la, la, la)   # phasors unread if not
         self.sizes = (L, DK, DV, self.NT)
-        self.consts = dict(C=CHUNK, BK=self.BK, BV=self.BV, DOT=self.DOT, PHASE=self.phase)
+        self.consts = dict(C=CHUNK, BK=self.BK, BV=self.BV, DOT=self.DOT, PHASE=self.phase, CPLX=self.cplx)
+
+    def planes(self, t, real):
+        """``t`` as the kernels read it: (real plane, imaginary plane), or (real, real) on the real path, whose
+        kernels never read the second."""
+        if self.cplx:
+            return _planes(t, real)
+        t = t.to(real).contiguous()
+        return t, t
+
+    def out(self, planes):
+        """A result's planes as one tensor: complex, or the real plane on the real path."""
+        return torch.complex(*planes) if self.cplx else planes[0]
 
     def grid(self, *tiles):
         return (self.BH, *tiles)
@@ -518,7 +636,7 @@ class _Launch:
         """:func:`chunk_attention_kernel`: every chunk's intra-chunk attention ``A`` ``(BH, NT, C, C)``."""
         A = [q[0].new_empty(self.BH, self.NT, CHUNK, CHUNK) for _ in range(2)]
         chunk_attention_kernel[self.grid(self.NT)](*q, *k, *self.a, *A, self.L, self.DK, self.NT,
-                                                   C=CHUNK, BK=self.BK, PHASE=self.phase)
+                                                   C=CHUNK, BK=self.BK, PHASE=self.phase, CPLX=self.cplx)
         return A
 
 
@@ -530,27 +648,28 @@ class _GateLoopTriton(torch.autograd.Function):
     def forward(ctx, q, k, v, la, ph, h0):
         BH, L, DK = q.shape
         real = la.dtype
-        run = _Launch(BH, L, DK, v.shape[-1], la.contiguous(), None if ph is None else ph.contiguous())
-        qp, kp, vp, h0p = (_planes(t, real) for t in (q, k, v, h0))
+        cplx = any(t.is_complex() for t in (q, k, v, h0))
+        run = _Launch(BH, L, DK, v.shape[-1], la.contiguous(), None if ph is None else ph.contiguous(), cplx)
+        qp, kp, vp, h0p = (run.planes(t, real) for t in (q, k, v, h0))
         hs, sL = run.states(kp, vp, h0p)
         A = run.attention(qp, kp)
         y = [qp[0].new_empty(BH, L, run.DV) for _ in range(2)]
         chunk_output_kernel[run.grid(run.NT, run.value_tiles())](*qp, *vp, *run.a, *hs, *A, *y, *run.sizes,
                                                                  **run.consts, num_warps=run.warps("chunk_output_kernel"))
         ctx.save_for_backward(*qp, *kp, *vp, *h0p, *run.a)   # la and its phasor products
-        ctx.phase = run.phase
+        ctx.phase, ctx.cplx = run.phase, run.cplx
         ctx.complex_inputs = (q.is_complex(), k.is_complex(), v.is_complex(), h0.is_complex())
-        return torch.complex(*y), torch.complex(*sL)
+        return run.out(y), run.out(sL)
 
     @staticmethod
     def backward(ctx, grad_y, grad_S):
         q_re, q_im, k_re, k_im, v_re, v_im, h0_re, h0_im, la, cos_ph, sin_ph = ctx.saved_tensors
         q, k, v, h0 = (q_re, q_im), (k_re, k_im), (v_re, v_im), (h0_re, h0_im)
         BH, L, DK = q_re.shape
-        run = _Launch(BH, L, DK, v_re.shape[-1], la, None)
+        run = _Launch(BH, L, DK, v_re.shape[-1], la, None, ctx.cplx)
         run.a, run.phase, run.consts["PHASE"] = (la, cos_ph, sin_ph), ctx.phase, ctx.phase
-        G = _planes(grad_y, la.dtype)
-        gS = _planes(grad_S if grad_S is not None else torch.zeros_like(h0_re), la.dtype)
+        G = run.planes(grad_y, la.dtype)
+        gS = run.planes(grad_S if grad_S is not None else torch.zeros_like(h0_re), la.dtype)
         hs, _ = run.states(k, v, h0)
         dhs = [torch.empty_like(hs[0]) for _ in range(2)]
         dh0 = [torch.empty_like(h0_re) for _ in range(2)]
@@ -563,7 +682,7 @@ class _GateLoopTriton(torch.autograd.Function):
         dv = [torch.empty_like(v_re) for _ in range(2)]
         chunk_dv_kernel[run.grid(run.NT, run.value_tiles())](*k, *run.a, *G, *dhs, *A, *dv, *run.sizes, **run.consts,
                                                              num_warps=run.warps("chunk_dv_kernel"))
-        grads = [torch.complex(*pair) if is_c else pair[0]        # a real input gets the real part
+        grads = [run.out(pair) if is_c else pair[0]               # a real input gets the real part
                  for pair, is_c in zip((dq, dk, dv, dh0), ctx.complex_inputs)]
         # d log a = d log|a| + i d arg a: the real plane goes to log|a|, the imaginary one to the phase
         return (*grads[:3], dl[0], dl[1] if ctx.phase else None, grads[3])
