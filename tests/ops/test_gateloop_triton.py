@@ -85,3 +85,27 @@ def test_blocks_stay_within_64_and_small_heads_are_not_padded():
         assert BK <= 64 and BV <= 64 and BK == BV
         assert DOT == (d >= 16)
         assert BK >= min(d, 16) and (DOT or BK < 2 * d)     # a small head is not padded to 16
+
+
+def test_bf16_products_are_bf16_accurate():
+    """``precision="bf16"`` rounds the chunk products' operands to bfloat16 (8-bit mantissas: relative error
+    ~2^-9 a product; the default ``"ieee"`` keeps float32's 1e-5, tested above at the same head size); tf32 /
+    tf32x3 are tl.dot options the interpreter cannot show (``test_triton_spills.py`` checks that the compiled
+    products carry them)."""
+    from seqlab.ops.gateloop.triton import gateloop_triton
+    from seqlab.ops import relative_error
+
+    q, k, v, a = make_inputs(1, 1, 20, 16, 16, complex_=False)
+    ref, _ = reference(q, k, v, a)
+    err = relative_error(gateloop_triton(q, k, v, a, precision="bf16")[0], ref)
+    assert 2 ** -12 < err < 2 ** -5, f"bf16 products: relative error {err:.2e}, not bfloat16's"
+
+
+def test_precision_names_are_checked():
+    from seqlab.ops.gateloop.triton import gateloop_triton
+
+    q, k, v, a = make_inputs(1, 1, 3, 2, 2, complex_=False)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        gateloop_triton(q, k, v, a, precision="fp16")
+    with pytest.raises(ValueError, match="float64 / complex128 inputs always multiply in full"):
+        gateloop_triton(q.double(), k.double(), v.double(), a.double(), precision="tf32")

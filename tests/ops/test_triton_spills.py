@@ -3,6 +3,7 @@ blocks ``auto`` launches for head sizes 1, 16, 64 and 128, ``ptxas -v`` reports 
 loads. No GPU is needed: Triton compiles ahead of time (``seqlab.kernels.aot.ptxas_usage``), all kernels in
 one process."""
 import importlib
+import re
 
 import pytest
 
@@ -23,10 +24,13 @@ def _jobs():
         BK, BV, DOT = gl.gateloop_blocks(d, d)
         # real inputs and transitions (real planes only), complex inputs with real positive transitions (no
         # phasors), complex transitions
-        for phase, cplx in ((False, False), (False, True), (True, True)):
+        # at the default precision; the other precisions of tl.dot for the widest (complex transitions)
+        for phase, cplx, prec in ((False, False, "ieee"), (False, True, "ieee"), (True, True, "ieee"),
+                                  *((True, True, p) for p in gl.PRECISIONS[1:] if DOT)):
             configs += [("seqlab.ops.gateloop.triton", k,
-                         dict(C=gl.CHUNK, BK=BK, BV=BV, DOT=DOT, PHASE=phase, CPLX=cplx),
-                         gl.gateloop_warps(k, DOT)) for k in gl.KERNELS]
+                         dict(C=gl.CHUNK, BK=BK, BV=BV, DOT=DOT, PHASE=phase, CPLX=cplx, PREC=prec),
+                         gl.gateloop_warps(k, DOT)) for k in gl.KERNELS
+                        if prec == "ieee" or k != "chunk_attention_kernel"]      # the attention kernel has no dot
         # the scan's widest branch: complex a and x, an initial state
         configs += [("seqlab.ops.scan.triton", k, dict(BLOCK_D=scan.block_d(d), COMPLEX_A=True, COMPLEX_X=True,
                                                          HAS_H0=True, REVERSE=False, STATE_FP64=False), 4)
@@ -57,18 +61,30 @@ def test_every_kernel_compiles_without_spills(report):
     assert not spills, "kernels that spill:\n" + "\n".join(spills)
 
 
-def test_no_kernel_multiplies_matrices_in_reduced_precision(report):
-    """Every ``tt.dot`` in the Triton IR is one the kernel asks for, in full precision: the elementwise path of
-    small GateLoop heads (``DOT=False``) holds none, since Triton's combiner turns a broadcast multiply-and-sum
-    into a ``tt.dot``, which gave wrong gradients at sides of 1 on an H100 (Triton 3.6; this test would have caught
-    it); and every ``tt.dot`` is in full (IEEE) precision: TF32 would break the float32 tolerances."""
+def _precision(dot: str) -> str:
+    """The precision of one ``tt.dot`` line of Triton IR: bf16 operands, or its ``inputPrecision`` (IEEE, the
+    default, is not printed; any other shows as ``inputPrecision = tf32`` etc.)."""
+    if "xbf16>" in dot.split("->")[0]:
+        return "bf16"
+    found = re.search(r"inputPrecision = (\w+)", dot)
+    return found.group(1) if found else "ieee"
+
+
+def test_every_product_has_the_precision_asked_for(report):
+    """Every ``tt.dot`` in the Triton IR is one the kernel asks for, at the precision it asks for: the elementwise
+    path of small GateLoop heads (``DOT=False``) holds none, since Triton's combiner turns a broadcast
+    multiply-and-sum into a ``tt.dot``, which gave wrong gradients at sides of 1 on an H100 (Triton 3.6; this test
+    would have caught it); GateLoop's products are at its ``PREC`` (``"ieee"`` by default: TF32 would break the
+    float32 tolerances), every other kernel's in full (IEEE) precision."""
     report = [r for r in report if r["capability"] == 90]
     made = [f"{r['kernel']} {r['constexprs']}: {r['dots']}" for r in report
             if r["constexprs"].get("DOT") is False and r["dots"]]
     assert not made, "tt.dot in the elementwise path:\n" + "\n".join(made)
-    # IEEE is tt.dot's default precision and is not printed; any other shows as "inputPrecision = tf32" etc.
-    low = [f"{r['kernel']} {r['constexprs']}: {d}" for r in report for d in r["dots"] if "inputPrecision" in d]
-    assert not low, "tt.dot below full precision:\n" + "\n".join(low)
+    asked = {r["constexprs"].get("PREC", "ieee") for r in report if r["dots"]}
+    assert asked == {"ieee", "tf32x3", "tf32", "bf16"}, f"products compiled only at {asked}"
+    wrong = [f"{r['kernel']} {r['constexprs']}: {d}" for r in report for d in r["dots"]
+             if _precision(d) != r["constexprs"].get("PREC", "ieee")]
+    assert not wrong, "tt.dot not at the precision asked for:\n" + "\n".join(wrong)
 
 
 def test_real_inputs_take_one_product_where_complex_take_four(report):
@@ -76,7 +92,7 @@ def test_real_inputs_take_one_product_where_complex_take_four(report):
     and reads no imaginary planes: one real product where complex arithmetic needs four."""
     dots = {(r["kernel"], r["constexprs"]["BK"], r["constexprs"]["CPLX"]): len(r["dots"]) for r in report
             if r["module"] == "seqlab.ops.gateloop.triton" and r["constexprs"]["DOT"] and r["capability"] == 90
-            and not r["constexprs"]["PHASE"]}
+            and not r["constexprs"]["PHASE"] and r["constexprs"]["PREC"] == "ieee"}
     pairs = [(key[:2], n, dots[(*key[:2], True)]) for key, n in dots.items() if not key[2]]
     assert pairs and any(n for _, n, _ in pairs)
     wrong = [f"{kernel}: {n} real, {c} complex" for kernel, n, c in pairs if 4 * n != c]

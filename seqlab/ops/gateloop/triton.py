@@ -43,14 +43,17 @@ than one ``(BK, BV)`` tile of a state and one ``(C, BK)`` / ``(C, BV)`` tile of 
 - :func:`chunk_dv_kernel` - per (batch*head, chunk, value tile), from the stored ``A``:
   ``dv_m = sum_{n>=m} conj(A[n, m]) G_n + conj(k_m . exp(E_m)) dS_out``.
 
-Blocks (:func:`gateloop_blocks`): heads of 16 and more use tiles of 16 and ``tl.dot`` (float32 with
-``input_precision="ieee"``: TF32 would break the float tolerances, and the interpreter would not show it;
-float64 stays float64); smaller heads (the paper's ``dk = dv = 1``) take an elementwise path with tiles of
+Blocks (:func:`gateloop_blocks`): heads of 16 and more use tiles of 16 and ``tl.dot``, at the precision
+``precision`` names (:data:`PRECISIONS`): ``"ieee"`` by default (full float32: TF32 would break the float32
+tolerances, and the interpreter would not show it), ``"tf32x3"`` / ``"tf32"`` (``tl.dot``'s ``input_precision``,
+on tensor cores) or ``"bf16"`` (bfloat16 operands, float32 sums); float64 stays float64 and ``"ieee"``; smaller heads (the paper's ``dk = dv = 1``) take an elementwise path with tiles of
 their own size, not padded to 16. ``ptxas -v`` reports no spills at these blocks for sm_80 and sm_90
 (``tests/ops/test_triton_spills.py``); at tiles of 32 the backward's ``dq/dk`` kernel spills 6 KB, at 64 all but the
 attention kernel do: a full-precision ``tl.dot`` is a loop of FMAs whose operands each thread holds in registers.
 """
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -63,38 +66,52 @@ try:
 except ImportError:  # pragma: no cover - Triton ships for Linux only
     triton = None
 
-__all__ = ["gateloop_triton", "gateloop_triton_log", "gateloop_blocks", "gateloop_warps", "CHUNK", "KERNELS"]
+__all__ = ["gateloop_triton", "gateloop_triton_log", "gateloop_blocks", "gateloop_warps", "CHUNK", "KERNELS",
+           "PRECISIONS"]
 
 CHUNK = 16          # steps a chunk; also tl.dot's smallest side
 KERNELS = ("chunk_states_kernel", "chunk_attention_kernel", "chunk_output_kernel", "chunk_adjoint_kernel",
            "chunk_dqk_kernel",
            "chunk_dv_kernel")
+PRECISIONS = ("ieee", "tf32x3", "tf32", "bf16")   # the chunk products' precision: see _mm
 
 
 if triton is not None:
+    # Triton 3.7's CPU interpreter turns a tl.dot of bfloat16 tiles into one of their bit patterns (values ~1e10):
+    # under it, "bf16" rounds the operands to bfloat16 and multiplies them in float32, the same numbers
+    _INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
 
     @triton.jit
-    def _mm(a, b, DOT: tl.constexpr):
-        """``a @ b`` for (M, K) and (K, N) tiles: ``tl.dot`` in full precision, or elementwise for small tiles.
+    def _mm(a, b, DOT: tl.constexpr, PREC: tl.constexpr):
+        """``a @ b`` for (M, K) and (K, N) tiles: ``tl.dot`` at precision ``PREC``, or elementwise for small tiles.
+
+        ``PREC`` is ``tl.dot``'s ``input_precision`` (``"ieee"``, ``"tf32x3"``, ``"tf32"``), or ``"bf16"``: operands
+        rounded to bfloat16, products accumulated in float32.
 
         The elementwise form sums a (K, M, N) product over its first axis. Written as the textbook
         ``sum(a[:, :, None] * b[None, :, :], axis=1)`` it is turned by Triton's combiner into a ``tt.dot``, whose
         result at a side of 1 was wrong on an H100 (Triton 3.6: GateLoop's ``dq`` off by 700%);
         ``tests/ops/test_triton_spills.py`` checks that no kernel of the small path holds a ``tt.dot``."""
         if DOT:
-            return tl.dot(a, b, input_precision="ieee")
+            if PREC == "bf16" and _INTERPRETED:     # the interpreter multiplies bf16 tiles as their raw bits
+                return tl.dot(a.to(tl.bfloat16).to(tl.float32), b.to(tl.bfloat16).to(tl.float32),
+                              input_precision="ieee")
+            elif PREC == "bf16":
+                return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), out_dtype=tl.float32)
+            else:
+                return tl.dot(a, b, input_precision=PREC)
         else:
             return tl.sum(tl.trans(a)[:, :, None] * b[:, None, :], axis=0)
 
     @triton.jit
-    def _cmm(a_re, a_im, b_re, b_im, DOT: tl.constexpr, CPLX: tl.constexpr):
+    def _cmm(a_re, a_im, b_re, b_im, DOT: tl.constexpr, PREC: tl.constexpr, CPLX: tl.constexpr):
         """``a @ b``: complex on real and imaginary planes (4 products), or real (1 product; imaginary part None)."""
         if CPLX:
-            re = _mm(a_re, b_re, DOT) - _mm(a_im, b_im, DOT)
-            im = _mm(a_re, b_im, DOT) + _mm(a_im, b_re, DOT)
+            re = _mm(a_re, b_re, DOT, PREC) - _mm(a_im, b_im, DOT, PREC)
+            im = _mm(a_re, b_im, DOT, PREC) + _mm(a_im, b_re, DOT, PREC)
             return re, im
         else:
-            return _mm(a_re, b_re, DOT), None
+            return _mm(a_re, b_re, DOT, PREC), None
 
     @triton.jit
     def _cmul(a_re, a_im, b_re, b_im, CPLX: tl.constexpr):
@@ -284,7 +301,7 @@ if triton is not None:
     def chunk_states_kernel(k_re, k_im, v_re, v_im, la, ph_re, ph_im, h0_re, h0_im, hs_re, hs_im, sL_re, sL_im,
                             L, DK, DV, NT,
                             C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-                            PHASE: tl.constexpr, CPLX: tl.constexpr):
+                            PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
         """``S_in`` of every chunk into ``hs`` (BH, NT, DK, DV) and ``S_L`` into ``sL``;
         grid (BH, key tiles, value tiles)."""
         bh = tl.program_id(0)
@@ -304,7 +321,7 @@ if triton is not None:
             E_re, E_im = _to_end(la, bh, rows, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE, CPLX)
             ke_re, ke_im = _cmul(kr, ki, E_re, E_im, CPLX)                           # k_m . exp(E_m)
             kt_re, kt_im = _trans(ke_re, ke_im, CPLX)
-            nr, ni = _cmm(kt_re, kt_im, vr, vi, DOT, CPLX)                           # (BK, BV)
+            nr, ni = _cmm(kt_re, kt_im, vr, vi, DOT, PREC, CPLX)                           # (BK, BV)
             if CPLX:
                 S_re, S_im = (t_re[:, None] * S_re - t_im[:, None] * S_im + nr,
                               t_re[:, None] * S_im + t_im[:, None] * S_re + ni)
@@ -345,7 +362,7 @@ if triton is not None:
     def chunk_output_kernel(q_re, q_im, v_re, v_im, la, ph_re, ph_im, hs_re, hs_im, A_re, A_im, y_re, y_im,
                             L, DK, DV, NT,
                             C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-                            PHASE: tl.constexpr, CPLX: tl.constexpr):
+                            PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
         """``y`` of one chunk and value tile; grid (BH, NT, value tiles)."""
         bh, c = tl.program_id(0), tl.program_id(1)
         offs_c = tl.arange(0, C)
@@ -353,7 +370,7 @@ if triton is not None:
         rows = c * C + offs_c
         vr, vi = _tile(v_re, v_im, bh * L * DV, rows, L, offs_v, DV, CPLX)
         a_re, a_im = _chunk_matrix(A_re, A_im, bh * NT + c, offs_c, C, CPLX)
-        yr, yi = _cmm(a_re, a_im, vr, vi, DOT, CPLX)                                      # A v  (C, BV)
+        yr, yi = _cmm(a_re, a_im, vr, vi, DOT, PREC, CPLX)                                      # A v  (C, BV)
         for kt in range(tl.cdiv(DK, BK)):
             offs_k = kt * BK + tl.arange(0, BK)
             qr, qi = _tile(q_re, q_im, bh * L * DK, rows, L, offs_k, DK, CPLX)
@@ -361,7 +378,7 @@ if triton is not None:
                 la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
             _, _, S_re, S_im = _state_tile(hs_re, hs_im, (bh * NT + c) * DK * DV, offs_k, offs_v, DK, DV, CPLX)
             qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)                                # q . exp(g)
-            ur, ui = _cmm(qe_re, qe_im, S_re, S_im, DOT, CPLX)                            # (q . exp(g)) S_in
+            ur, ui = _cmm(qe_re, qe_im, S_re, S_im, DOT, PREC, CPLX)                            # (q . exp(g)) S_in
             yr += ur
             if CPLX:
                 yi += ui
@@ -371,7 +388,7 @@ if triton is not None:
     def chunk_adjoint_kernel(q_re, q_im, la, ph_re, ph_im, g_re, g_im, gS_re, gS_im, dhs_re, dhs_im, dh0_re, dh0_im,
                              L, DK, DV, NT,
                              C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-                             PHASE: tl.constexpr, CPLX: tl.constexpr):
+                             PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
         """``dS_out`` of every chunk into ``dhs`` (from ``dL/dS_L``, backwards) and ``dL/dh0``;
         grid (BH, key tiles, value tiles)."""
         bh = tl.program_id(0)
@@ -391,7 +408,7 @@ if triton is not None:
                 la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
             qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)
             qh_re, qh_im = _conj(qe_re, qe_im, True, CPLX)
-            ar, ai = _cmm(qh_re, qh_im, gr, gi, DOT, CPLX)                         # (q . exp(g))^H G
+            ar, ai = _cmm(qh_re, qh_im, gr, gi, DOT, PREC, CPLX)                         # (q . exp(g))^H G
             if CPLX:
                 dS_re, dS_im = (t_re[:, None] * dS_re + t_im[:, None] * dS_im + ar,
                                 t_re[:, None] * dS_im - t_im[:, None] * dS_re + ai)
@@ -406,7 +423,7 @@ if triton is not None:
                          dq_re, dq_im, dk_re, dk_im, dl_re, dl_im,
                          L, DK, DV, NT,
                          C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-                         PHASE: tl.constexpr, CPLX: tl.constexpr):
+                         PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
         """``dq``, ``dk`` and ``dL/dlog a`` of one chunk and key tile; grid (BH, NT, key tiles)."""
         bh, c = tl.program_id(0), tl.program_id(1)
         offs_c = tl.arange(0, C)
@@ -433,9 +450,9 @@ if triton is not None:
             Sh_re, Sh_im = _conj(S_re, S_im, True, CPLX)
             vc_re, vc_im = _conj(vr, vi, False, CPLX)
             dSt_re, dSt_im = _trans(dS_re, dS_im, CPLX)
-            pr, pi = _cmm(gr, gi, vh_re, vh_im, DOT, CPLX)
-            hr, hi = _cmm(gr, gi, Sh_re, Sh_im, DOT, CPLX)
-            wr, wi = _cmm(vc_re, vc_im, dSt_re, dSt_im, DOT, CPLX)
+            pr, pi = _cmm(gr, gi, vh_re, vh_im, DOT, PREC, CPLX)
+            hr, hi = _cmm(gr, gi, Sh_re, Sh_im, DOT, PREC, CPLX)
+            wr, wi = _cmm(vc_re, vc_im, dSt_re, dSt_im, DOT, PREC, CPLX)
             or_, oi = _cmulc(S_re, S_im, dS_re, dS_im, CPLX)
             P_re += pr
             GS_re += hr
@@ -512,7 +529,7 @@ if triton is not None:
     def chunk_dv_kernel(k_re, k_im, la, ph_re, ph_im, g_re, g_im, dhs_re, dhs_im, A_re, A_im, dv_re, dv_im,
                         L, DK, DV, NT,
                         C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-                        PHASE: tl.constexpr, CPLX: tl.constexpr):
+                        PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
         """``dv`` of one chunk and value tile; grid (BH, NT, value tiles)."""
         bh, c = tl.program_id(0), tl.program_id(1)
         offs_c = tl.arange(0, C)
@@ -522,7 +539,7 @@ if triton is not None:
         gr, gi = _tile(g_re, g_im, bh * L * DV, rows, L, offs_v, DV, CPLX)
         a_re, a_im = _chunk_matrix(A_re, A_im, bh * NT + c, offs_c, C, CPLX)
         ah_re, ah_im = _conj(a_re, a_im, True, CPLX)
-        xr, xi = _cmm(ah_re, ah_im, gr, gi, DOT, CPLX)                                  # A^H G  (C, BV)
+        xr, xi = _cmm(ah_re, ah_im, gr, gi, DOT, PREC, CPLX)                                  # A^H G  (C, BV)
         for kt in range(tl.cdiv(DK, BK)):
             offs_k = kt * BK + tl.arange(0, BK)
             kr, ki = _tile(k_re, k_im, base_k, rows, L, offs_k, DK, CPLX)
@@ -531,7 +548,7 @@ if triton is not None:
             _, _, dS_re, dS_im = _state_tile(dhs_re, dhs_im, (bh * NT + c) * DK * DV, offs_k, offs_v, DK, DV, CPLX)
             ke_re, ke_im = _cmul(kr, ki, E_re, E_im, CPLX)
             kc_re, kc_im = _conj(ke_re, ke_im, False, CPLX)
-            ur, ui = _cmm(kc_re, kc_im, dS_re, dS_im, DOT, CPLX)                       # conj(k . exp(E)) dS_out
+            ur, ui = _cmm(kc_re, kc_im, dS_re, dS_im, DOT, PREC, CPLX)                       # conj(k . exp(E)) dS_out
             xr += ur
             if CPLX:
                 xi += ui
@@ -586,11 +603,20 @@ def _phasor_products(ph: torch.Tensor, NT: int):
     return P.real.contiguous(), P.imag.contiguous()
 
 
+def _check_precision(precision, real: torch.dtype) -> None:
+    """``precision`` is one of :data:`PRECISIONS`, and ``"ieee"`` for float64 work."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if real == torch.float64 and precision != "ieee":
+        raise ValueError(f"precision={precision!r} is for float32 work: float64 / complex128 inputs always "
+                         "multiply in full float64 precision ('ieee')")
+
+
 class _Launch:
     """One head layout's kernel launches: sizes, blocks, and the transitions ``la = log|a|`` with their
     phasors ``(cos arg a, sin arg a)`` (none when every ``a`` is real and positive)."""
 
-    def __init__(self, BH, L, DK, DV, la, ph, cplx):
+    def __init__(self, BH, L, DK, DV, la, ph, cplx, precision):
         self.BH, self.L, self.DK, self.DV = BH, L, DK, DV
         self.cplx = cplx or ph is not None        # complex arithmetic; real inputs run on real planes only
         self.NT = triton.cdiv(L, CHUNK)
@@ -598,7 +624,8 @@ class _Launch:
         self.phase = ph is not None
         self.a = (la, *_phasor_products(ph, self.NT)) if self.phase else (la, la, la)   # phasors unread if not
         self.sizes = (L, DK, DV, self.NT)
-        self.consts = dict(C=CHUNK, BK=self.BK, BV=self.BV, DOT=self.DOT, PHASE=self.phase, CPLX=self.cplx)
+        self.consts = dict(C=CHUNK, BK=self.BK, BV=self.BV, DOT=self.DOT, PHASE=self.phase, CPLX=self.cplx,
+                           PREC=precision)
 
     def planes(self, t, real):
         """``t`` as the kernels read it: (real plane, imaginary plane), or (real, real) on the real path, whose
@@ -645,11 +672,12 @@ class _GateLoopTriton(torch.autograd.Function):
     (``None``: every ``a`` real and positive)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, la, ph, h0):
+    def forward(ctx, q, k, v, la, ph, h0, precision):
         BH, L, DK = q.shape
         real = la.dtype
         cplx = any(t.is_complex() for t in (q, k, v, h0))
-        run = _Launch(BH, L, DK, v.shape[-1], la.contiguous(), None if ph is None else ph.contiguous(), cplx)
+        run = _Launch(BH, L, DK, v.shape[-1], la.contiguous(), None if ph is None else ph.contiguous(), cplx,
+                      precision)
         qp, kp, vp, h0p = (run.planes(t, real) for t in (q, k, v, h0))
         hs, sL = run.states(kp, vp, h0p)
         A = run.attention(qp, kp)
@@ -657,7 +685,7 @@ class _GateLoopTriton(torch.autograd.Function):
         chunk_output_kernel[run.grid(run.NT, run.value_tiles())](*qp, *vp, *run.a, *hs, *A, *y, *run.sizes,
                                                                  **run.consts, num_warps=run.warps("chunk_output_kernel"))
         ctx.save_for_backward(*qp, *kp, *vp, *h0p, *run.a)   # la and its phasor products
-        ctx.phase, ctx.cplx = run.phase, run.cplx
+        ctx.phase, ctx.cplx, ctx.precision = run.phase, run.cplx, precision
         ctx.complex_inputs = (q.is_complex(), k.is_complex(), v.is_complex(), h0.is_complex())
         return run.out(y), run.out(sL)
 
@@ -666,7 +694,7 @@ class _GateLoopTriton(torch.autograd.Function):
         q_re, q_im, k_re, k_im, v_re, v_im, h0_re, h0_im, la, cos_ph, sin_ph = ctx.saved_tensors
         q, k, v, h0 = (q_re, q_im), (k_re, k_im), (v_re, v_im), (h0_re, h0_im)
         BH, L, DK = q_re.shape
-        run = _Launch(BH, L, DK, v_re.shape[-1], la, None, ctx.cplx)
+        run = _Launch(BH, L, DK, v_re.shape[-1], la, None, ctx.cplx, ctx.precision)
         run.a, run.phase, run.consts["PHASE"] = (la, cos_ph, sin_ph), ctx.phase, ctx.phase
         G = run.planes(grad_y, la.dtype)
         gS = run.planes(grad_S if grad_S is not None else torch.zeros_like(h0_re), la.dtype)
@@ -685,10 +713,10 @@ class _GateLoopTriton(torch.autograd.Function):
         grads = [run.out(pair) if is_c else pair[0]               # a real input gets the real part
                  for pair, is_c in zip((dq, dk, dv, dh0), ctx.complex_inputs)]
         # d log a = d log|a| + i d arg a: the real plane goes to log|a|, the imaginary one to the phase
-        return (*grads[:3], dl[0], dl[1] if ctx.phase else None, grads[3])
+        return (*grads[:3], dl[0], dl[1] if ctx.phase else None, grads[3], None)
 
 
-def gateloop_triton_log(q, k, v, log_a, phase=None, *, h0=None, return_state=False):
+def gateloop_triton_log(q, k, v, log_a, phase=None, *, h0=None, return_state=False, precision="ieee"):
     """GateLoop's recurrence with transitions given by their logarithm: ``a = exp(log_a + i phase)``
     (``phase=None``: real positive ``a``). The causal decays and linear attention call this on CUDA: their
     ``log a`` (e.g. ``z_{t-1} - z_t`` of additive decay) never passes through an ``a`` that could underflow.
@@ -696,29 +724,35 @@ def gateloop_triton_log(q, k, v, log_a, phase=None, *, h0=None, return_state=Fal
     Shapes as :func:`seqlab.ops.gateloop.gateloop`; ``log_a`` is real, ``<= 0``, shaped like ``k``
     (``-inf`` is a full reset). Returns ``(y, S_L)`` (``S_L`` is ``None`` unless ``return_state``), in the
     dtype of ``q`` promoted with the other inputs.
+
+    ``precision``: the chunk products' ``tl.dot`` precision, one of :data:`PRECISIONS`: ``"ieee"`` (full
+    float32, the default), ``"tf32x3"`` (three TF32 products, about float32's accuracy on tensor cores), ``"tf32"``
+    (one, 10-bit mantissas) or ``"bf16"`` (bfloat16 operands, float32 sums). float64 work is always ``"ieee"``.
     """
     require_triton("gateloop", q, k, v, log_a)
     B, H, L, DK = q.shape
     DV = v.shape[-1]
     out_dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
     real = _real_dtype(out_dtype)
+    _check_precision(precision, real)
     # -inf (a = 0) becomes a finite floor: exp of any sum of them is 0, and no inf - inf can arise
     la = log_a.to(real).clamp_min(torch.finfo(real).min / (4 * CHUNK))
     ph = None if phase is None else phase.to(real).expand_as(la)
     flat = lambda t: None if t is None else t.reshape(B * H, L, t.shape[-1])    # noqa: E731
     state0 = h0.reshape(B * H, DK, DV) if h0 is not None else torch.zeros(B * H, DK, DV, device=q.device, dtype=real)
-    y, S = _GateLoopTriton.apply(flat(q), flat(k), flat(v), flat(la), flat(ph), state0)
+    y, S = _GateLoopTriton.apply(flat(q), flat(k), flat(v), flat(la), flat(ph), state0, precision)
     y, S = y.reshape(B, H, L, DV), S.reshape(B, H, DK, DV)
     if not out_dtype.is_complex:
         y, S = y.real, S.real
     return y.to(out_dtype), (S.to(out_dtype) if return_state else None)
 
 
-def gateloop_triton(q, k, v, a, *, h0=None, return_state=False):
+def gateloop_triton(q, k, v, a, *, h0=None, return_state=False, precision="ieee"):
     """``gateloop`` by the Triton kernels; inputs already checked and promoted by ``seqlab.ops.gateloop``.
 
     The kernels compute in float64 for float64 / complex128 inputs and in float32 otherwise; ``|a| = 0`` is
     taken as the smallest positive float (its exact gradient is added by ``seqlab.ops.gateloop``).
+    ``precision``: the chunk products' ``tl.dot`` precision (see :func:`gateloop_triton_log`).
     Returns ``(y, S_L)`` (``S_L`` is ``None`` unless ``return_state``).
     """
     require_triton("gateloop", q, k, v, a)
@@ -728,5 +762,5 @@ def gateloop_triton(q, k, v, a, *, h0=None, return_state=False):
         ph = torch.angle(a).to(real)
     else:   # real a: arg a is 0 or pi; with no negative entry no phase at all
         ph = (a < 0).to(real) * torch.pi if has_values(a) and bool((a < 0).any()) else None
-    y, S = gateloop_triton_log(q, k, v, la, ph, h0=h0, return_state=return_state)
+    y, S = gateloop_triton_log(q, k, v, la, ph, h0=h0, return_state=return_state, precision=precision)
     return y.to(q.dtype), (S.to(q.dtype) if S is not None else None)
