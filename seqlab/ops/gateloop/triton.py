@@ -53,6 +53,7 @@ attention kernel do: a full-precision ``tl.dot`` is a loop of FMAs whose operand
 """
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -163,18 +164,29 @@ if triton is not None:
             return r, None
 
     @triton.jit
-    def _transitions(la, ph_re, ph_im, base, rows, L, NT, offs_k, DK, C: tl.constexpr, PHASE: tl.constexpr):
-        """One tile's ``log|a|`` (C, BK), 0 past L (``a = 1``), and its phasors' products from the chunk's start
-        ``P_n = prod_{j<=n} a_j / |a_j|`` (C, BK; laid out over the ``NT * C`` padded rows)."""
-        mask = (rows[:, None] < L) & (offs_k[None, :] < DK)
-        p = base * L + rows[:, None] * DK + offs_k[None, :]
-        lam = tl.load(la + p, mask=mask, other=0.0)
+    def _transitions(la, ph_re, ph_im, bh, row0, L, NT, offs_c, offs_k, DK, C: tl.constexpr, PHASE: tl.constexpr):
+        """One tile's ``log|a|`` (C, BK) of the chunk from row ``row0`` of head ``bh``, 0 past L (``a = 1``), and its
+        phasors' products from the chunk's start ``P_n = prod_{j<=n} a_j / |a_j|`` (C, BK; laid out over the
+        ``NT * C`` padded rows)."""
+        mask = (offs_c[:, None] < L - row0) & (offs_k[None, :] < DK)
+        p = offs_c[:, None] * DK + offs_k[None, :]
+        lam = tl.load(la + (bh * L + row0) * DK + p, mask=mask, other=0.0)
         if PHASE:
-            mask_p = (rows[:, None] < NT * C) & (offs_k[None, :] < DK)
-            p = base * NT * C + rows[:, None] * DK + offs_k[None, :]
-            return lam, tl.load(ph_re + p, mask=mask_p, other=1.0), tl.load(ph_im + p, mask=mask_p, other=0.0)
+            mask_p = (offs_c[:, None] < C) & (offs_k[None, :] < DK)
+            start = (bh * NT * C + row0) * DK
+            return (lam, tl.load(ph_re + start + p, mask=mask_p, other=1.0),
+                    tl.load(ph_im + start + p, mask=mask_p, other=0.0))
         else:
             return lam, lam, lam          # phasors unused
+
+    @triton.jit
+    def _program(n_tiles, NT):
+        """This program's (tile, chunk, batch*head): grid axis 0 runs over the tiles fastest, then the chunks, then
+        the heads (``NT = 1``: the kernels that walk the chunks), so that no axis meets the 65,535 limit of axes 1
+        and 2; the head index in int64, so that offsets past 2^31 elements do not wrap."""
+        pid = tl.program_id(0)
+        rest = pid // n_tiles
+        return pid % n_tiles, rest % NT, (rest // NT).to(tl.int64)
 
     @triton.jit
     def _row(x, m, offs_c):
@@ -182,25 +194,29 @@ if triton is not None:
         return tl.sum(tl.where(offs_c[:, None] == m, x, 0.0), axis=0)
 
     @triton.jit
-    def _tile(re_ptr, im_ptr, base, rows, L, offs, D, CPLX: tl.constexpr):
-        """A (C, B) tile of a (L, D) plane pair from row ``rows[0]``: rows past L and columns past D read 0
-        (real inputs: the real plane only, the imaginary part None)."""
-        mask = (rows[:, None] < L) & (offs[None, :] < D)
-        p = base + rows[:, None] * D + offs[None, :]
+    def _tile(re_ptr, im_ptr, bh, row0, L, offs_c, offs, D, CPLX: tl.constexpr):
+        """A (C, B) tile of head ``bh``'s (L, D) plane pair from row ``row0``: rows past L and columns past D read 0
+        (real inputs: the real plane only, the imaginary part None). The offset of the tile's first row is an
+        int64 (``bh`` is), the offsets inside it int32."""
+        start = (bh * L + row0) * D
+        mask = (offs_c[:, None] < L - row0) & (offs[None, :] < D)
+        p = offs_c[:, None] * D + offs[None, :]
         if CPLX:
-            return tl.load(re_ptr + p, mask=mask, other=0.0), tl.load(im_ptr + p, mask=mask, other=0.0)
+            return (tl.load(re_ptr + start + p, mask=mask, other=0.0),
+                    tl.load(im_ptr + start + p, mask=mask, other=0.0))
         else:
-            return tl.load(re_ptr + p, mask=mask, other=0.0), None
+            return tl.load(re_ptr + start + p, mask=mask, other=0.0), None
 
     @triton.jit
-    def _store_tile(re_ptr, im_ptr, base, rows, L, offs, D, x_re, x_im, CPLX: tl.constexpr):
-        """Store a (C, B) tile pair into a (L, D) plane pair from row ``rows[0]`` (rows past L, columns past D
-        left alone): the inverse of :func:`_tile`."""
-        mask = (rows[:, None] < L) & (offs[None, :] < D)
-        p = base + rows[:, None] * D + offs[None, :]
-        tl.store(re_ptr + p, x_re, mask=mask)
+    def _store_tile(re_ptr, im_ptr, bh, row0, L, offs_c, offs, D, x_re, x_im, CPLX: tl.constexpr):
+        """Store a (C, B) tile pair into head ``bh``'s (L, D) plane pair from row ``row0`` (rows past L, columns
+        past D left alone): the inverse of :func:`_tile`."""
+        start = (bh * L + row0) * D
+        mask = (offs_c[:, None] < L - row0) & (offs[None, :] < D)
+        p = offs_c[:, None] * D + offs[None, :]
+        tl.store(re_ptr + start + p, x_re, mask=mask)
         if CPLX:
-            tl.store(im_ptr + p, x_im, mask=mask)
+            tl.store(im_ptr + start + p, x_im, mask=mask)
 
     @triton.jit
     def _state_tile(re_ptr, im_ptr, base, offs_k, offs_v, DK, DV, CPLX: tl.constexpr):
@@ -214,11 +230,11 @@ if triton is not None:
             return p, mask, re, None
 
     @triton.jit
-    def _from_start(la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C: tl.constexpr, PHASE: tl.constexpr,
+    def _from_start(la, ph_re, ph_im, bh, row0, L, NT, offs_c, offs_k, DK, C: tl.constexpr, PHASE: tl.constexpr,
                     CPLX: tl.constexpr):
         """One tile's ``log|a|`` and phasor products ``P`` (C, BK), its decays from the chunk's start ``exp(g_n)``
         (C, BK) and through the whole chunk ``exp(g_last)`` (BK,)."""
-        lam, p_re, p_im = _transitions(la, ph_re, ph_im, bh * DK, rows, L, NT, offs_k, DK, C, PHASE)
+        lam, p_re, p_im = _transitions(la, ph_re, ph_im, bh, row0, L, NT, offs_c, offs_k, DK, C, PHASE)
         g = tl.cumsum(lam, axis=0)
         e_re, e_im = _decay(g, p_re, p_im, PHASE, CPLX)
         if PHASE:
@@ -228,13 +244,13 @@ if triton is not None:
         return lam, p_re, p_im, e_re, e_im, t_re, t_im
 
     @triton.jit
-    def _to_end(la, bh, rows, L, offs_c, offs_k, DK, p_re, p_im, C: tl.constexpr, PHASE: tl.constexpr,
+    def _to_end(la, bh, row0, L, offs_c, offs_k, DK, p_re, p_im, C: tl.constexpr, PHASE: tl.constexpr,
                 CPLX: tl.constexpr):
         """Decays to the chunk's end, ``exp(E_m) = prod_{m < j < C} a_j`` (C, BK): a reverse cumulative sum of the
         next rows' ``log|a|`` (loaded shifted by one, so that nothing is subtracted), and ``P_last conj(P_m)``."""
-        nxt = tl.where(offs_c + 1 < C, rows + 1, L)         # the row after, or past the end (a = 1)
-        mask = (nxt[:, None] < L) & (offs_k[None, :] < DK)
-        E = tl.cumsum(tl.load(la + bh * L * DK + nxt[:, None] * DK + offs_k[None, :], mask=mask, other=0.0),
+        nxt = offs_c[:, None] + 1                           # the row after (a = 1 past the chunk or L)
+        mask = (nxt < C) & (nxt < L - row0) & (offs_k[None, :] < DK)
+        E = tl.cumsum(tl.load(la + (bh * L + row0) * DK + nxt * DK + offs_k[None, :], mask=mask, other=0.0),
                       axis=0, reverse=True)
         if PHASE:
             last_re = _row(p_re, C - 1, offs_c)[None, :]
@@ -303,22 +319,22 @@ if triton is not None:
                             C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
                             PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
         """``S_in`` of every chunk into ``hs`` (BH, NT, DK, DV) and ``S_L`` into ``sL``;
-        grid (BH, key tiles, value tiles)."""
-        bh = tl.program_id(0)
+        grid (BH * key tiles * value tiles,)."""
+        kv, only_chunk, bh = _program(tl.cdiv(DK, BK) * tl.cdiv(DV, BV), 1)
         offs_c = tl.arange(0, C)
-        offs_k = tl.program_id(1) * BK + tl.arange(0, BK)
-        offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
+        offs_k = (kv // tl.cdiv(DV, BV)) * BK + tl.arange(0, BK)
+        offs_v = (kv % tl.cdiv(DV, BV)) * BV + tl.arange(0, BV)
         p_s, m_s, S_re, S_im = _state_tile(h0_re, h0_im, bh * DK * DV, offs_k, offs_v, DK, DV, CPLX)  # S_0 (BK, BV)
         for c in range(NT):
             tl.store(hs_re + (bh * NT + c) * DK * DV + p_s, S_re, mask=m_s)
             if CPLX:
                 tl.store(hs_im + (bh * NT + c) * DK * DV + p_s, S_im, mask=m_s)
-            rows = c * C + offs_c
-            kr, ki = _tile(k_re, k_im, bh * L * DK, rows, L, offs_k, DK, CPLX)       # (C, BK)
-            vr, vi = _tile(v_re, v_im, bh * L * DV, rows, L, offs_v, DV, CPLX)       # (C, BV)
+            row0 = c * C
+            kr, ki = _tile(k_re, k_im, bh, row0, L, offs_c, offs_k, DK, CPLX)       # (C, BK)
+            vr, vi = _tile(v_re, v_im, bh, row0, L, offs_c, offs_v, DV, CPLX)       # (C, BV)
             lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
-                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
-            E_re, E_im = _to_end(la, bh, rows, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE, CPLX)
+                la, ph_re, ph_im, bh, row0, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
+            E_re, E_im = _to_end(la, bh, row0, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE, CPLX)
             ke_re, ke_im = _cmul(kr, ki, E_re, E_im, CPLX)                           # k_m . exp(E_m)
             kt_re, kt_im = _trans(ke_re, ke_im, CPLX)
             nr, ni = _cmm(kt_re, kt_im, vr, vi, DOT, PREC, CPLX)                           # (BK, BV)
@@ -336,19 +352,19 @@ if triton is not None:
                                L, DK, NT, C: tl.constexpr, BK: tl.constexpr, PHASE: tl.constexpr,
                                CPLX: tl.constexpr):
         """The intra-chunk attention ``A`` (C, C) of one chunk, summed over the key tiles, into ``A`` (BH, NT, C, C);
-        grid (BH, NT)."""
-        bh, c = tl.program_id(0), tl.program_id(1)
+        grid (BH * NT,)."""
+        only_tile, c, bh = _program(1, NT)
         offs_c = tl.arange(0, C)
-        rows = c * C + offs_c
+        row0 = c * C
         acc_re = tl.zeros((C, C), dtype=q_re.dtype.element_ty)
         if CPLX:
             acc_im = tl.zeros((C, C), dtype=q_re.dtype.element_ty)
         for kt in range(tl.cdiv(DK, BK)):
             offs_k = kt * BK + tl.arange(0, BK)
-            qr, qi = _tile(q_re, q_im, bh * L * DK, rows, L, offs_k, DK, CPLX)
-            kr, ki = _tile(k_re, k_im, bh * L * DK, rows, L, offs_k, DK, CPLX)
+            qr, qi = _tile(q_re, q_im, bh, row0, L, offs_c, offs_k, DK, CPLX)
+            kr, ki = _tile(k_re, k_im, bh, row0, L, offs_c, offs_k, DK, CPLX)
             lam, p_re, p_im, _, _, _, _ = _from_start(
-                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
+                la, ph_re, ph_im, bh, row0, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
             a_re, a_im = _intra_attention(qr, qi, kr, ki, lam, p_re, p_im, offs_c, C, PHASE, CPLX)
             acc_re += a_re
             if CPLX:
@@ -363,26 +379,26 @@ if triton is not None:
                             L, DK, DV, NT,
                             C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
                             PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
-        """``y`` of one chunk and value tile; grid (BH, NT, value tiles)."""
-        bh, c = tl.program_id(0), tl.program_id(1)
+        """``y`` of one chunk and value tile; grid (BH * NT * value tiles,)."""
+        vt, c, bh = _program(tl.cdiv(DV, BV), NT)
         offs_c = tl.arange(0, C)
-        offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
-        rows = c * C + offs_c
-        vr, vi = _tile(v_re, v_im, bh * L * DV, rows, L, offs_v, DV, CPLX)
+        offs_v = vt * BV + tl.arange(0, BV)
+        row0 = c * C
+        vr, vi = _tile(v_re, v_im, bh, row0, L, offs_c, offs_v, DV, CPLX)
         a_re, a_im = _chunk_matrix(A_re, A_im, bh * NT + c, offs_c, C, CPLX)
         yr, yi = _cmm(a_re, a_im, vr, vi, DOT, PREC, CPLX)                                      # A v  (C, BV)
         for kt in range(tl.cdiv(DK, BK)):
             offs_k = kt * BK + tl.arange(0, BK)
-            qr, qi = _tile(q_re, q_im, bh * L * DK, rows, L, offs_k, DK, CPLX)
+            qr, qi = _tile(q_re, q_im, bh, row0, L, offs_c, offs_k, DK, CPLX)
             lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
-                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
+                la, ph_re, ph_im, bh, row0, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
             _, _, S_re, S_im = _state_tile(hs_re, hs_im, (bh * NT + c) * DK * DV, offs_k, offs_v, DK, DV, CPLX)
             qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)                                # q . exp(g)
             ur, ui = _cmm(qe_re, qe_im, S_re, S_im, DOT, PREC, CPLX)                            # (q . exp(g)) S_in
             yr += ur
             if CPLX:
                 yi += ui
-        _store_tile(y_re, y_im, bh * L * DV, rows, L, offs_v, DV, yr, yi, CPLX)
+        _store_tile(y_re, y_im, bh, row0, L, offs_c, offs_v, DV, yr, yi, CPLX)
 
     @triton.jit
     def chunk_adjoint_kernel(q_re, q_im, la, ph_re, ph_im, g_re, g_im, gS_re, gS_im, dhs_re, dhs_im, dh0_re, dh0_im,
@@ -390,22 +406,22 @@ if triton is not None:
                              C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
                              PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
         """``dS_out`` of every chunk into ``dhs`` (from ``dL/dS_L``, backwards) and ``dL/dh0``;
-        grid (BH, key tiles, value tiles)."""
-        bh = tl.program_id(0)
+        grid (BH * key tiles * value tiles,)."""
+        kv, only_chunk, bh = _program(tl.cdiv(DK, BK) * tl.cdiv(DV, BV), 1)
         offs_c = tl.arange(0, C)
-        offs_k = tl.program_id(1) * BK + tl.arange(0, BK)
-        offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
+        offs_k = (kv // tl.cdiv(DV, BV)) * BK + tl.arange(0, BK)
+        offs_v = (kv % tl.cdiv(DV, BV)) * BV + tl.arange(0, BV)
         p_s, m_s, dS_re, dS_im = _state_tile(gS_re, gS_im, bh * DK * DV, offs_k, offs_v, DK, DV, CPLX)
         for i in range(NT):
             c = NT - 1 - i
             tl.store(dhs_re + (bh * NT + c) * DK * DV + p_s, dS_re, mask=m_s)
             if CPLX:
                 tl.store(dhs_im + (bh * NT + c) * DK * DV + p_s, dS_im, mask=m_s)
-            rows = c * C + offs_c
-            qr, qi = _tile(q_re, q_im, bh * L * DK, rows, L, offs_k, DK, CPLX)
-            gr, gi = _tile(g_re, g_im, bh * L * DV, rows, L, offs_v, DV, CPLX)     # G = dL/dy  (C, BV)
+            row0 = c * C
+            qr, qi = _tile(q_re, q_im, bh, row0, L, offs_c, offs_k, DK, CPLX)
+            gr, gi = _tile(g_re, g_im, bh, row0, L, offs_c, offs_v, DV, CPLX)     # G = dL/dy  (C, BV)
             lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
-                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
+                la, ph_re, ph_im, bh, row0, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
             qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)
             qh_re, qh_im = _conj(qe_re, qe_im, True, CPLX)
             ar, ai = _cmm(qh_re, qh_im, gr, gi, DOT, PREC, CPLX)                         # (q . exp(g))^H G
@@ -424,12 +440,11 @@ if triton is not None:
                          L, DK, DV, NT,
                          C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
                          PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
-        """``dq``, ``dk`` and ``dL/dlog a`` of one chunk and key tile; grid (BH, NT, key tiles)."""
-        bh, c = tl.program_id(0), tl.program_id(1)
+        """``dq``, ``dk`` and ``dL/dlog a`` of one chunk and key tile; grid (BH * NT * key tiles,)."""
+        kt, c, bh = _program(tl.cdiv(DK, BK), NT)
         offs_c = tl.arange(0, C)
-        offs_k = tl.program_id(2) * BK + tl.arange(0, BK)
-        rows = c * C + offs_c
-        base_k = bh * L * DK
+        offs_k = kt * BK + tl.arange(0, BK)
+        row0 = c * C
         state = (bh * NT + c) * DK * DV
         zero_ck = tl.zeros((C, BK), dtype=q_re.dtype.element_ty)
         P_re = tl.zeros((C, C), dtype=q_re.dtype.element_ty)      # P = G v^H
@@ -442,8 +457,8 @@ if triton is not None:
             o_im = tl.zeros((BK,), dtype=q_re.dtype.element_ty)
         for vt in range(tl.cdiv(DV, BV)):
             offs_v = vt * BV + tl.arange(0, BV)
-            vr, vi = _tile(v_re, v_im, bh * L * DV, rows, L, offs_v, DV, CPLX)     # (C, BV)
-            gr, gi = _tile(g_re, g_im, bh * L * DV, rows, L, offs_v, DV, CPLX)
+            vr, vi = _tile(v_re, v_im, bh, row0, L, offs_c, offs_v, DV, CPLX)     # (C, BV)
+            gr, gi = _tile(g_re, g_im, bh, row0, L, offs_c, offs_v, DV, CPLX)
             _, _, S_re, S_im = _state_tile(hs_re, hs_im, state, offs_k, offs_v, DK, DV, CPLX)      # (BK, BV)
             _, _, dS_re, dS_im = _state_tile(dhs_re, dhs_im, state, offs_k, offs_v, DK, DV, CPLX)
             vh_re, vh_im = _conj(vr, vi, True, CPLX)
@@ -465,11 +480,11 @@ if triton is not None:
                 o_im += tl.sum(oi, axis=1)
         if not CPLX:
             P_im, GS_im, W_im, o_im = None, None, None, None
-        qr, qi = _tile(q_re, q_im, base_k, rows, L, offs_k, DK, CPLX)                 # (C, BK)
-        kr, ki = _tile(k_re, k_im, base_k, rows, L, offs_k, DK, CPLX)
+        qr, qi = _tile(q_re, q_im, bh, row0, L, offs_c, offs_k, DK, CPLX)                 # (C, BK)
+        kr, ki = _tile(k_re, k_im, bh, row0, L, offs_c, offs_k, DK, CPLX)
         lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
-                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
-        E_re, E_im = _to_end(la, bh, rows, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE, CPLX)
+                la, ph_re, ph_im, bh, row0, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
+        E_re, E_im = _to_end(la, bh, row0, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE, CPLX)
         # the state parts: dq = conj(exp(g)) . (G S_in^H), dk = conj(exp(E)) . W
         dqr, dqi = _cmulc(e_re, e_im, GS_re, GS_im, CPLX)
         dkr, dki = _cmulc(E_re, E_im, W_re, W_im, CPLX)
@@ -521,30 +536,29 @@ if triton is not None:
                                 + tl.sum(tl.where(here, V_re, 0.0), axis=0)[None, :], 0.0)
         if not CPLX:
             dli = None
-        _store_tile(dq_re, dq_im, base_k, rows, L, offs_k, DK, dqr, dqi, CPLX)
-        _store_tile(dk_re, dk_im, base_k, rows, L, offs_k, DK, dkr, dki, CPLX)
-        _store_tile(dl_re, dl_im, base_k, rows, L, offs_k, DK, dlr, dli, CPLX)
+        _store_tile(dq_re, dq_im, bh, row0, L, offs_c, offs_k, DK, dqr, dqi, CPLX)
+        _store_tile(dk_re, dk_im, bh, row0, L, offs_c, offs_k, DK, dkr, dki, CPLX)
+        _store_tile(dl_re, dl_im, bh, row0, L, offs_c, offs_k, DK, dlr, dli, CPLX)
 
     @triton.jit
     def chunk_dv_kernel(k_re, k_im, la, ph_re, ph_im, g_re, g_im, dhs_re, dhs_im, A_re, A_im, dv_re, dv_im,
                         L, DK, DV, NT,
                         C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
                         PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
-        """``dv`` of one chunk and value tile; grid (BH, NT, value tiles)."""
-        bh, c = tl.program_id(0), tl.program_id(1)
+        """``dv`` of one chunk and value tile; grid (BH * NT * value tiles,)."""
+        vt, c, bh = _program(tl.cdiv(DV, BV), NT)
         offs_c = tl.arange(0, C)
-        offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
-        rows = c * C + offs_c
-        base_k = bh * L * DK
-        gr, gi = _tile(g_re, g_im, bh * L * DV, rows, L, offs_v, DV, CPLX)
+        offs_v = vt * BV + tl.arange(0, BV)
+        row0 = c * C
+        gr, gi = _tile(g_re, g_im, bh, row0, L, offs_c, offs_v, DV, CPLX)
         a_re, a_im = _chunk_matrix(A_re, A_im, bh * NT + c, offs_c, C, CPLX)
         ah_re, ah_im = _conj(a_re, a_im, True, CPLX)
         xr, xi = _cmm(ah_re, ah_im, gr, gi, DOT, PREC, CPLX)                                  # A^H G  (C, BV)
         for kt in range(tl.cdiv(DK, BK)):
             offs_k = kt * BK + tl.arange(0, BK)
-            kr, ki = _tile(k_re, k_im, base_k, rows, L, offs_k, DK, CPLX)
-            _, p_re, p_im = _transitions(la, ph_re, ph_im, bh * DK, rows, L, NT, offs_k, DK, C, PHASE)
-            E_re, E_im = _to_end(la, bh, rows, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE, CPLX)
+            kr, ki = _tile(k_re, k_im, bh, row0, L, offs_c, offs_k, DK, CPLX)
+            _, p_re, p_im = _transitions(la, ph_re, ph_im, bh, row0, L, NT, offs_c, offs_k, DK, C, PHASE)
+            E_re, E_im = _to_end(la, bh, row0, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE, CPLX)
             _, _, dS_re, dS_im = _state_tile(dhs_re, dhs_im, (bh * NT + c) * DK * DV, offs_k, offs_v, DK, DV, CPLX)
             ke_re, ke_im = _cmul(kr, ki, E_re, E_im, CPLX)
             kc_re, kc_im = _conj(ke_re, ke_im, False, CPLX)
@@ -552,7 +566,7 @@ if triton is not None:
             xr += ur
             if CPLX:
                 xi += ui
-        _store_tile(dv_re, dv_im, bh * L * DV, rows, L, offs_v, DV, xr, xi, CPLX)
+        _store_tile(dv_re, dv_im, bh, row0, L, offs_c, offs_v, DV, xr, xi, CPLX)
 
 
 def gateloop_blocks(dk: int, dv: int) -> tuple[int, int, bool]:
@@ -640,7 +654,7 @@ class _Launch:
         return torch.complex(*planes) if self.cplx else planes[0]
 
     def grid(self, *tiles):
-        return (self.BH, *tiles)
+        return (self.BH * math.prod(tiles),)          # all on axis 0: see _program
 
     def warps(self, kernel: str) -> int:
         return gateloop_warps(kernel, self.DOT)
