@@ -649,6 +649,11 @@ class _Launch:
         t = t.to(real).contiguous()
         return t, t
 
+    def empty(self, like, *shape):
+        """An output's planes: two, or one on the real path (whose kernels never write a second)."""
+        re = like.new_empty(*shape)
+        return [re, like.new_empty(*shape) if self.cplx else re]
+
     def out(self, planes):
         """A result's planes as one tensor: complex, or the real plane on the real path."""
         return torch.complex(*planes) if self.cplx else planes[0]
@@ -667,15 +672,15 @@ class _Launch:
 
     def states(self, k, v, h0):
         """:func:`chunk_states_kernel`: the states entering every chunk ``(BH, NT, DK, DV)`` and ``S_L``."""
-        hs = [k[0].new_empty(self.BH, self.NT, self.DK, self.DV) for _ in range(2)]
-        sL = [k[0].new_empty(self.BH, self.DK, self.DV) for _ in range(2)]
+        hs = self.empty(k[0], self.BH, self.NT, self.DK, self.DV)
+        sL = self.empty(k[0], self.BH, self.DK, self.DV)
         chunk_states_kernel[self.grid(self.key_tiles(), self.value_tiles())](
             *k, *v, *self.a, *h0, *hs, *sL, *self.sizes, **self.consts)
         return hs, sL
 
     def attention(self, q, k):
         """:func:`chunk_attention_kernel`: every chunk's intra-chunk attention ``A`` ``(BH, NT, C, C)``."""
-        A = [q[0].new_empty(self.BH, self.NT, CHUNK, CHUNK) for _ in range(2)]
+        A = self.empty(q[0], self.BH, self.NT, CHUNK, CHUNK)
         chunk_attention_kernel[self.grid(self.NT)](*q, *k, *self.a, *A, self.L, self.DK, self.NT,
                                                    C=CHUNK, BK=self.BK, PHASE=self.phase, CPLX=self.cplx)
         return A
@@ -695,17 +700,19 @@ class _GateLoopTriton(torch.autograd.Function):
         qp, kp, vp, h0p = (run.planes(t, real) for t in (q, k, v, h0))
         hs, sL = run.states(kp, vp, h0p)
         A = run.attention(qp, kp)
-        y = [qp[0].new_empty(BH, L, run.DV) for _ in range(2)]
+        y = run.empty(qp[0], BH, L, run.DV)
         chunk_output_kernel[run.grid(run.NT, run.value_tiles())](*qp, *vp, *run.a, *hs, *A, *y, *run.sizes,
                                                                  **run.consts, num_warps=run.warps("chunk_output_kernel"))
-        ctx.save_for_backward(*qp, *kp, *vp, *h0p, *run.a)   # la and its phasor products
+        # la and its phasor products, and A for the backward (BH * L * C values a plane: at C = 16 a quarter of
+        # q's bytes for heads of dk = 64 on the real path, half on the complex one)
+        ctx.save_for_backward(*qp, *kp, *vp, *h0p, *run.a, *A)
         ctx.phase, ctx.cplx, ctx.precision = run.phase, run.cplx, precision
         ctx.complex_inputs = (q.is_complex(), k.is_complex(), v.is_complex(), h0.is_complex())
         return run.out(y), run.out(sL)
 
     @staticmethod
     def backward(ctx, grad_y, grad_S):
-        q_re, q_im, k_re, k_im, v_re, v_im, h0_re, h0_im, la, cos_ph, sin_ph = ctx.saved_tensors
+        q_re, q_im, k_re, k_im, v_re, v_im, h0_re, h0_im, la, cos_ph, sin_ph, A_re, A_im = ctx.saved_tensors
         q, k, v, h0 = (q_re, q_im), (k_re, k_im), (v_re, v_im), (h0_re, h0_im)
         BH, L, DK = q_re.shape
         run = _Launch(BH, L, DK, v_re.shape[-1], la, None, ctx.cplx, ctx.precision)
@@ -713,16 +720,15 @@ class _GateLoopTriton(torch.autograd.Function):
         G = run.planes(grad_y, la.dtype)
         gS = run.planes(grad_S if grad_S is not None else torch.zeros_like(h0_re), la.dtype)
         hs, _ = run.states(k, v, h0)
-        dhs = [torch.empty_like(hs[0]) for _ in range(2)]
-        dh0 = [torch.empty_like(h0_re) for _ in range(2)]
+        dhs = run.empty(hs[0], *hs[0].shape)
+        dh0 = run.empty(h0_re, *h0_re.shape)
         chunk_adjoint_kernel[run.grid(run.key_tiles(), run.value_tiles())](
             *q, *run.a, *G, *gS, *dhs, *dh0, *run.sizes, **run.consts)
-        dq, dk, dl = ([torch.empty_like(q_re) for _ in range(2)] for _ in range(3))
+        dq, dk, dl = (run.empty(q_re, *q_re.shape) for _ in range(3))
         chunk_dqk_kernel[run.grid(run.NT, run.key_tiles())](
             *q, *k, *v, *run.a, *G, *hs, *dhs, *dq, *dk, *dl, *run.sizes, **run.consts)
-        A = run.attention(q, k)
-        dv = [torch.empty_like(v_re) for _ in range(2)]
-        chunk_dv_kernel[run.grid(run.NT, run.value_tiles())](*k, *run.a, *G, *dhs, *A, *dv, *run.sizes, **run.consts,
+        dv = run.empty(v_re, *v_re.shape)
+        chunk_dv_kernel[run.grid(run.NT, run.value_tiles())](*k, *run.a, *G, *dhs, A_re, A_im, *dv, *run.sizes, **run.consts,
                                                              num_warps=run.warps("chunk_dv_kernel"))
         grads = [run.out(pair) if is_c else pair[0]               # a real input gets the real part
                  for pair, is_c in zip((dq, dk, dv, dh0), ctx.complex_inputs)]
