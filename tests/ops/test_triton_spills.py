@@ -1,6 +1,6 @@
 """Every Triton kernel fits in registers on a real GPU: compiled for sm_80 (A100) and sm_90 (H100) at the
-blocks ``auto`` launches for head sizes 1, 16, 64 and 128, ``ptxas -v`` reports 0 bytes of spill stores and
-loads. No GPU is needed: Triton compiles ahead of time (``seqlab.kernels.aot.ptxas_usage``), all kernels in
+blocks ``auto`` launches for head sizes 1, 16, 64 and 128 (for GateLoop: every configuration autotuning may pick,
+at every precision of its products), ``ptxas -v`` reports 0 bytes of spill stores and loads. No GPU is needed: Triton compiles ahead of time (``seqlab.kernels.aot.ptxas_usage``), all kernels in
 one process."""
 import importlib
 import re
@@ -21,16 +21,22 @@ def _jobs():
     rel = importlib.import_module("seqlab.ops.relation.triton")
     configs = []
     for d in HEAD_SIZES:
-        BK, BV, DOT = gl.gateloop_blocks(d, d)
+        DOT = gl.gateloop_blocks(d, d)[2]
         # real inputs and transitions (real planes only), complex inputs with real positive transitions (no
-        # phasors), complex transitions
-        # at the default precision; the other precisions of tl.dot for the widest (complex transitions)
-        for phase, cplx, prec in ((False, False, "ieee"), (False, True, "ieee"), (True, True, "ieee"),
-                                  *((True, True, p) for p in gl.PRECISIONS[1:] if DOT)):
-            configs += [("seqlab.ops.gateloop.triton", k,
-                         dict(C=gl.CHUNK, BK=BK, BV=BV, DOT=DOT, PHASE=phase, CPLX=cplx, PREC=prec),
-                         gl.gateloop_warps(k, DOT)) for k in gl.KERNELS
-                        if prec == "ieee" or k != "chunk_attention_kernel"]      # the attention kernel has no dot
+        # phasors), complex transitions, at the default precision; at the others, the configurations that differ:
+        # chunks of 64 on tensor cores (real inputs at tf32 and bf16, every configuration autotuning may pick) and
+        # tf32x3's split operands at chunks of 16 for the widest (complex transitions; its real path and the
+        # complex paths at tf32 and bf16 hold fewer values in the same tiles)
+        lower = ((True, True, "tf32x3"), (False, False, "tf32"), (False, False, "bf16")) if DOT else ()
+        for phase, cplx, prec in ((False, False, "ieee"), (False, True, "ieee"), (True, True, "ieee"), *lower):
+            C = gl.gateloop_chunk(d, d, prec, cplx)
+            for k in gl.KERNELS:
+                consts = dict(C=C, DOT=DOT, PHASE=phase, CPLX=cplx)
+                if k != "chunk_attention_kernel":           # the one without a product, and without PREC
+                    consts["PREC"] = prec
+                for config in gl.gateloop_configs(k, d, d, prec, cplx):
+                    blocks = {b: v for b, v in config.items() if b != "num_warps"}
+                    configs.append(("seqlab.ops.gateloop.triton", k, {**consts, **blocks}, config["num_warps"]))
         # the scan's widest branch: complex a and x, an initial state
         configs += [("seqlab.ops.scan.triton", k, dict(BLOCK_D=scan.block_d(d), COMPLEX_A=True, COMPLEX_X=True,
                                                          HAS_H0=True, REVERSE=False, STATE_FP64=False), 4)
@@ -92,7 +98,7 @@ def test_real_inputs_take_one_product_where_complex_take_four(report):
     and reads no imaginary planes: one real product where complex arithmetic needs four."""
     dots = {(r["kernel"], r["constexprs"]["BK"], r["constexprs"]["CPLX"]): len(r["dots"]) for r in report
             if r["module"] == "seqlab.ops.gateloop.triton" and r["constexprs"]["DOT"] and r["capability"] == 90
-            and not r["constexprs"]["PHASE"] and r["constexprs"]["PREC"] == "ieee"}
+            and not r["constexprs"]["PHASE"] and r["constexprs"].get("PREC") == "ieee"}
     pairs = [(key[:2], n, dots[(*key[:2], True)]) for key, n in dots.items() if not key[2]]
     assert pairs and any(n for _, n, _ in pairs)
     wrong = [f"{kernel}: {n} real, {c} complex" for kernel, n, c in pairs if 4 * n != c]

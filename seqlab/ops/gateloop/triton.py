@@ -7,8 +7,8 @@ their phasors' products from each chunk's start, ``P_n = prod_{j<=n} a_j / |a_j|
 phase between steps ``m`` and ``n`` is ``P_n conj(P_m)``, so no sine or cosine runs in a kernel. When ``q, k, v``,
 ``h0`` and ``a`` are all real and every ``a`` is positive (the causal decays, linear attention, real GateLoop), the
 kernels run on the real planes alone (``CPLX=False``): no imaginary plane is read or written and every product is one
-real ``tl.dot`` instead of four. The sequence is cut into chunks of ``C = 16``
-steps; ``n, m, j`` index steps inside a chunk. Per chunk (the ``"chunked"`` mode of
+real ``tl.dot`` instead of four. The sequence is cut into chunks of ``C`` steps (16, or 64 on tensor cores: see
+the blocks below); ``n, m, j`` index steps inside a chunk. Per chunk (the ``"chunked"`` mode of
 ``seqlab.ops.gateloop``, eq. 7-9 restarted at the chunk):
 
     D[n, m] = sum_{m < j <= n} log a_j        segment sums, summed afresh for every m: exact to rounding
@@ -19,7 +19,9 @@ steps; ``n, m, j`` index steps inside a chunk. Per chunk (the ``"chunked"`` mode
     S_out   = diag(exp(g_last)) S_in + sum_m (k_m . exp(E_m))^T v_m
 
 The work is split as flash-linear-attention splits its chunked kernels, so that no program holds more
-than one ``(BK, BV)`` tile of a state and one ``(C, BK)`` / ``(C, BV)`` tile of each input:
+than one ``(BK, BV)`` tile of a state and one ``(C, BK)`` / ``(C, BV)`` tile of each input. Every kernel's programs
+lie on grid axis 0 (tiles fastest, then chunks, then heads: no axis-1/2 limit of 65,535 chunks), and each tile's
+offset is taken from the head index in int64 (no wrap past 2^31 elements), the offsets inside the tile in int32:
 
 - :func:`chunk_states_kernel` - one program per (batch*head, key tile, value tile) walks the chunks and
   writes the state entering each chunk (``S_in``), then ``S_L``;
@@ -40,20 +42,29 @@ than one ``(BK, BV)`` tile of a state and one ``(C, BK)`` / ``(C, BV)`` tile of 
   to the state leaving it, (4) from state to state (the telescoping identity
   ``sum_{n>=j} conj(q_n) dq_n - conj(k_n) dk_n`` is exact too, but cancels catastrophically in float32
   for strong decays);
-- :func:`chunk_dv_kernel` - per (batch*head, chunk, value tile), from the stored ``A``:
-  ``dv_m = sum_{n>=m} conj(A[n, m]) G_n + conj(k_m . exp(E_m)) dS_out``.
+- :func:`chunk_dv_kernel` - per (batch*head, chunk, value tile), from ``A`` as the forward stored it (saved for the
+  backward: ``BH * L * C`` numbers a plane, at ``C = 16`` a quarter of ``q``'s bytes for heads of ``dk = 64``):
+  ``dv_m = sum_{n>=m} conj(A[n, m]) G_n + conj(k_m . exp(E_m)) dS_out``. The backward recomputes the states
+  ``S_in`` (``L / C`` of them, ``dk x dv`` each: at ``C = 16`` four times ``q``'s bytes for heads of 64).
 
-Blocks (:func:`gateloop_blocks`): heads of 16 and more use tiles of 16 and ``tl.dot``, at the precision
+Blocks and precision. Heads under 16 (the paper's ``dk = dv = 1``) take an elementwise path with tiles of their own
+size, not padded to 16 (:func:`gateloop_blocks`). Heads of 16 and more multiply with ``tl.dot`` at the precision
 ``precision`` names (:data:`PRECISIONS`): ``"ieee"`` by default (full float32: TF32 would break the float32
-tolerances, and the interpreter would not show it), ``"tf32x3"`` / ``"tf32"`` (``tl.dot``'s ``input_precision``,
-on tensor cores) or ``"bf16"`` (bfloat16 operands, float32 sums); float64 stays float64 and ``"ieee"``; smaller heads (the paper's ``dk = dv = 1``) take an elementwise path with tiles of
-their own size, not padded to 16. ``ptxas -v`` reports no spills at these blocks for sm_80 and sm_90
-(``tests/ops/test_triton_spills.py``); at tiles of 32 the backward's ``dq/dk`` kernel spills 6 KB, at 64 all but the
-attention kernel do: a full-precision ``tl.dot`` is a loop of FMAs whose operands each thread holds in registers.
+tolerances, and the interpreter would not show it), ``"tf32x3"`` / ``"tf32"`` (``tl.dot``'s ``input_precision``, on
+tensor cores) or ``"bf16"`` (bfloat16 operands, float32 sums); float64 stays float64 and ``"ieee"``. In full
+precision a ``tl.dot`` is a loop of FMAs whose operands each thread holds in registers: chunks and tiles of 16 (at
+tiles of 32 the backward's ``dq/dk`` kernel spills 6 KB, at 64 all but the attention kernel do). On tensor cores
+the MMA reads its operands from shared memory: real inputs at ``"tf32"`` / ``"bf16"`` run in chunks of 64 with key /
+value tiles of 32 or 64, which ``triton.autotune`` picks by timing (:func:`gateloop_configs`; the first alone under
+the interpreter); ``"tf32x3"`` and complex inputs keep chunks and tiles of 16 (at 64 they spill).
+``tests/ops/test_triton_spills.py`` compiles every configuration for sm_80 and sm_90 and finds no spills. The
+intra-chunk matrix ``A`` is still built a column at a time on the CUDA cores (``C`` iterations of ``(C, BK)`` work):
+its cost per step grows as ``C``, which is what flash-linear-attention's sub-chunks (factorised products between
+sub-chunks of 16, exact within the diagonal ones) avoid.
 """
 from __future__ import annotations
 
-import math
+import functools
 import os
 
 import torch
@@ -67,20 +78,22 @@ try:
 except ImportError:  # pragma: no cover - Triton ships for Linux only
     triton = None
 
-__all__ = ["gateloop_triton", "gateloop_triton_log", "gateloop_blocks", "gateloop_warps", "CHUNK", "KERNELS",
-           "PRECISIONS"]
+__all__ = ["gateloop_triton", "gateloop_triton_log", "gateloop_blocks", "gateloop_warps", "gateloop_chunk",
+           "gateloop_configs", "CHUNK", "CHUNK_TENSOR_CORES", "KERNELS", "PRECISIONS"]
 
-CHUNK = 16          # steps a chunk; also tl.dot's smallest side
+CHUNK = 16          # steps a chunk in full precision and on the elementwise path; also tl.dot's smallest side
+CHUNK_TENSOR_CORES = 64     # steps a chunk when the products run on tensor cores (precision tf32x3, tf32, bf16)
 KERNELS = ("chunk_states_kernel", "chunk_attention_kernel", "chunk_output_kernel", "chunk_adjoint_kernel",
            "chunk_dqk_kernel",
            "chunk_dv_kernel")
 PRECISIONS = ("ieee", "tf32x3", "tf32", "bf16")   # the chunk products' precision: see _mm
+_INTERPRETER = os.environ.get("TRITON_INTERPRET", "0") == "1"    # seqlab.kernels sets it where there is no GPU
 
 
 if triton is not None:
     # Triton 3.7's CPU interpreter turns a tl.dot of bfloat16 tiles into one of their bit patterns (values ~1e10):
     # under it, "bf16" rounds the operands to bfloat16 and multiplies them in float32, the same numbers
-    _INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
+    _INTERPRETED = tl.constexpr(_INTERPRETER)
 
     @triton.jit
     def _mm(a, b, DOT: tl.constexpr, PREC: tl.constexpr):
@@ -384,6 +397,7 @@ if triton is not None:
         offs_c = tl.arange(0, C)
         offs_v = vt * BV + tl.arange(0, BV)
         row0 = c * C
+        state = (bh * NT + c) * DK * DV
         vr, vi = _tile(v_re, v_im, bh, row0, L, offs_c, offs_v, DV, CPLX)
         a_re, a_im = _chunk_matrix(A_re, A_im, bh * NT + c, offs_c, C, CPLX)
         yr, yi = _cmm(a_re, a_im, vr, vi, DOT, PREC, CPLX)                                      # A v  (C, BV)
@@ -392,7 +406,7 @@ if triton is not None:
             qr, qi = _tile(q_re, q_im, bh, row0, L, offs_c, offs_k, DK, CPLX)
             lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
                 la, ph_re, ph_im, bh, row0, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
-            _, _, S_re, S_im = _state_tile(hs_re, hs_im, (bh * NT + c) * DK * DV, offs_k, offs_v, DK, DV, CPLX)
+            _, _, S_re, S_im = _state_tile(hs_re, hs_im, state, offs_k, offs_v, DK, DV, CPLX)
             qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)                                # q . exp(g)
             ur, ui = _cmm(qe_re, qe_im, S_re, S_im, DOT, PREC, CPLX)                            # (q . exp(g)) S_in
             yr += ur
@@ -586,12 +600,60 @@ def gateloop_blocks(dk: int, dv: int) -> tuple[int, int, bool]:
 
 
 def gateloop_warps(kernel: str, dot: bool) -> int:
-    """The warps ``kernel`` launches with: 8 for the two kernels that hold the most tiles of 16 at once
-    (:func:`chunk_output_kernel`, :func:`chunk_dv_kernel`) when they multiply with ``tl.dot``, else Triton's
-    default 4. At 4 warps Triton 3.7 (the version torch 2.13 requires) compiles them for sm_90 into 96
-    registers and ``ptxas -v`` reports 4-8 bytes of spills; at 8 warps, 72-98 registers and none
-    (``tests/ops/test_triton_spills.py`` compiles every kernel with the warps given here)."""
-    return 8 if dot and kernel in ("chunk_output_kernel", "chunk_dv_kernel") else 4
+    """The warps ``kernel`` launches with at chunks and tiles of 16: 8 for :func:`chunk_dv_kernel` when it multiplies
+    with ``tl.dot``, else Triton's default 4. At 4 warps Triton 3.7 (the version torch 2.13 requires) compiles the
+    dv kernel for sm_90 with 4-8 bytes of spills, at 8 none; the output kernel, at 8 warps, spills 8 bytes on sm_90
+    at ``"tf32x3"`` and none at 4 (``tests/ops/test_triton_spills.py`` compiles every kernel with the warps given
+    here)."""
+    return 8 if dot and kernel == "chunk_dv_kernel" else 4
+
+
+def _on_tensor_cores(dk: int, dv: int, precision: str, cplx: bool) -> bool:
+    """Whether a head runs in chunks of :data:`CHUNK_TENSOR_CORES` with key / value tiles of 32-64: real inputs
+    (one product a tile) of heads of 16 and more at precision ``"tf32"`` or ``"bf16"``, whose MMAs read their
+    operands from shared memory. Everything else keeps chunks and tiles of 16: a full-precision ``tl.dot`` is a
+    loop of FMAs over operands held in registers (tiles of 32 spill); ``"tf32x3"`` (three MMAs and the operands'
+    split) spills at chunks of 64 in four kernels, and complex inputs (four products a tile) in the adjoint kernel
+    (``ptxas -v``, sm_90, Triton 3.7)."""
+    return not cplx and precision in ("tf32", "bf16") and min(dk, dv) >= CHUNK
+
+
+def gateloop_chunk(dk: int, dv: int, precision: str = "ieee", cplx: bool = True) -> int:
+    """The steps a chunk: :data:`CHUNK_TENSOR_CORES` on tensor cores (see ``_on_tensor_cores``), else :data:`CHUNK`."""
+    return CHUNK_TENSOR_CORES if _on_tensor_cores(dk, dv, precision, cplx) else CHUNK
+
+
+# On tensor cores (chunks of 64): (BK, BV, warps) a kernel may run with, every one without spills for sm_80 and
+# sm_90 at "tf32" and "bf16" (ptxas -v, Triton 3.7). Tiles of 64 spill in the kernels that hold a state tile and
+# more (states, adjoint, dq/dk, dv: 8-372 bytes on sm_80), 16 warps cap a thread at 128 registers (spills too),
+# the output kernel's tiles of 32 want 4 warps (4-12 bytes at 8 on sm_80), and the dq/dk kernel, which holds the
+# most (C, BK) tiles, loops over value tiles of 16 (16-20 bytes at 32 on sm_80).
+_TENSOR_CORE_CONFIGS = {
+    "chunk_states_kernel": ((32, 32, 8),),
+    "chunk_attention_kernel": ((32, None, 8), (64, None, 8)),
+    "chunk_output_kernel": ((32, 32, 4), (64, 64, 8)),
+    "chunk_adjoint_kernel": ((32, 32, 8),),
+    "chunk_dqk_kernel": ((32, 16, 8),),
+    "chunk_dv_kernel": ((32, 32, 8),),
+}
+
+
+def gateloop_configs(kernel: str, dk: int, dv: int, precision: str = "ieee", cplx: bool = True) -> list[dict]:
+    """The launch configurations ``kernel`` may run with on a head of ``dk x dv``: dicts of ``BK``, ``BV`` (none for
+    :func:`chunk_attention_kernel`, which has no value tile) and ``num_warps``. On tensor cores (chunks of 64), key /
+    value tiles of 32 and 64 (``_TENSOR_CORE_CONFIGS``; 64 only for heads of more than 32), among which
+    ``triton.autotune`` picks by timing them where there are several (the first alone under the interpreter); else
+    one: :func:`gateloop_blocks` at :func:`gateloop_warps`. ``tests/ops/test_triton_spills.py`` compiles every one of
+    them for sm_80 and sm_90 and finds no spills."""
+    if _on_tensor_cores(dk, dv, precision, cplx):
+        configs = [dict(BK=bk, BV=bv, num_warps=w) for bk, bv, w in _TENSOR_CORE_CONFIGS[kernel]
+                   if bk <= max(32, dk, dv)]
+    else:
+        BK, BV, DOT = gateloop_blocks(dk, dv)
+        configs = [dict(BK=BK, BV=BV, num_warps=gateloop_warps(kernel, DOT))]
+    if kernel == "chunk_attention_kernel":
+        configs = [dict(BK=c["BK"], num_warps=c["num_warps"]) for c in configs]
+    return configs
 
 
 def _real_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -605,15 +667,15 @@ def _planes(t: torch.Tensor, real: torch.dtype):
     return t.real.contiguous(), t.imag.contiguous()
 
 
-def _phasor_products(ph: torch.Tensor, NT: int):
+def _phasor_products(ph: torch.Tensor, NT: int, C: int = CHUNK):
     """``P_n = prod_{j <= n in its chunk} exp(i ph_j)`` ``(BH, NT * C, DK)`` as (re, im) planes: the phases'
     products from each chunk's start, by ``cumprod`` over unit phasors (padded with 1 to whole chunks). The
     kernels take every phase they need from these as ``P_n conj(P_m)``: no sine or cosine runs on the GPU
     (whose slow path for large arguments needs local memory), and unit phasors lose no digits in products."""
     BH, L, DK = ph.shape
     u = torch.polar(torch.ones_like(ph), ph)
-    u = torch.cat([u, u.new_ones(BH, NT * CHUNK - L, DK)], dim=1).reshape(BH, NT, CHUNK, DK)
-    P = torch.cumprod(u, dim=2).reshape(BH, NT * CHUNK, DK)
+    u = torch.cat([u, u.new_ones(BH, NT * C - L, DK)], dim=1).reshape(BH, NT, C, DK)
+    P = torch.cumprod(u, dim=2).reshape(BH, NT * C, DK)
     return P.real.contiguous(), P.imag.contiguous()
 
 
@@ -626,6 +688,15 @@ def _check_precision(precision, real: torch.dtype) -> None:
                          "multiply in full float64 precision ('ieee')")
 
 
+@functools.lru_cache(maxsize=None)
+def _autotuned(kernel: str, configs: tuple):
+    """``kernel`` under ``triton.autotune`` over ``configs`` (tuples of ``(name, value)`` pairs), timed once per head
+    size, input kind and precision. The kernels only write their outputs, so the timing runs change nothing."""
+    tuned = [triton.Config({k: v for k, v in c if k != "num_warps"}, num_warps=dict(c)["num_warps"])
+             for c in configs]
+    return triton.autotune(configs=tuned, key=["DK", "DV", "PHASE", "CPLX", "PREC"])(globals()[kernel])
+
+
 class _Launch:
     """One head layout's kernel launches: sizes, blocks, and the transitions ``la = log|a|`` with their
     phasors ``(cos arg a, sin arg a)`` (none when every ``a`` is real and positive)."""
@@ -633,13 +704,14 @@ class _Launch:
     def __init__(self, BH, L, DK, DV, la, ph, cplx, precision):
         self.BH, self.L, self.DK, self.DV = BH, L, DK, DV
         self.cplx = cplx or ph is not None        # complex arithmetic; real inputs run on real planes only
-        self.NT = triton.cdiv(L, CHUNK)
-        self.BK, self.BV, self.DOT = gateloop_blocks(DK, DV)
+        self.precision = precision
+        self.C = gateloop_chunk(DK, DV, precision, self.cplx)
+        self.NT = triton.cdiv(L, self.C)
+        self.DOT = gateloop_blocks(DK, DV)[2]
         self.phase = ph is not None
-        self.a = (la, *_phasor_products(ph, self.NT)) if self.phase else (la, la, la)   # phasors unread if not
+        self.a = (la, *_phasor_products(ph, self.NT, self.C)) if self.phase else (la, la, la)   # unread if not
         self.sizes = (L, DK, DV, self.NT)
-        self.consts = dict(C=CHUNK, BK=self.BK, BV=self.BV, DOT=self.DOT, PHASE=self.phase, CPLX=self.cplx,
-                           PREC=precision)
+        self.consts = dict(C=self.C, DOT=self.DOT, PHASE=self.phase, CPLX=self.cplx, PREC=precision)
 
     def planes(self, t, real):
         """``t`` as the kernels read it: (real plane, imaginary plane), or (real, real) on the real path, whose
@@ -658,31 +730,38 @@ class _Launch:
         """A result's planes as one tensor: complex, or the real plane on the real path."""
         return torch.complex(*planes) if self.cplx else planes[0]
 
-    def grid(self, *tiles):
-        return (self.BH * math.prod(tiles),)          # all on axis 0: see _program
+    def launch(self, kernel: str, programs, *args, **consts):
+        """Launch ``kernel`` over ``BH * programs(blocks)`` programs (all on grid axis 0: see ``_program``) at its one
+        configuration, or at the one ``triton.autotune`` picks among :func:`gateloop_configs` (the first under the
+        interpreter, so that tests stay fast and deterministic)."""
+        configs = gateloop_configs(kernel, self.DK, self.DV, self.precision, self.cplx)
+        grid = lambda meta: (self.BH * programs(meta),)        # noqa: E731
+        if len(configs) == 1 or _INTERPRETER:
+            blocks = dict(configs[0])
+            warps = blocks.pop("num_warps")
+            globals()[kernel][grid](*args, **consts, **blocks, num_warps=warps)
+        else:
+            _autotuned(kernel, tuple(tuple(c.items()) for c in configs))[grid](*args, **consts)
 
-    def warps(self, kernel: str) -> int:
-        return gateloop_warps(kernel, self.DOT)
+    def key_tiles(self, meta):
+        return triton.cdiv(self.DK, meta["BK"])
 
-    def key_tiles(self):
-        return triton.cdiv(self.DK, self.BK)
-
-    def value_tiles(self):
-        return triton.cdiv(self.DV, self.BV)
+    def value_tiles(self, meta):
+        return triton.cdiv(self.DV, meta["BV"])
 
     def states(self, k, v, h0):
         """:func:`chunk_states_kernel`: the states entering every chunk ``(BH, NT, DK, DV)`` and ``S_L``."""
         hs = self.empty(k[0], self.BH, self.NT, self.DK, self.DV)
         sL = self.empty(k[0], self.BH, self.DK, self.DV)
-        chunk_states_kernel[self.grid(self.key_tiles(), self.value_tiles())](
-            *k, *v, *self.a, *h0, *hs, *sL, *self.sizes, **self.consts)
+        self.launch("chunk_states_kernel", lambda m: self.key_tiles(m) * self.value_tiles(m),
+                    *k, *v, *self.a, *h0, *hs, *sL, *self.sizes, **self.consts)
         return hs, sL
 
     def attention(self, q, k):
         """:func:`chunk_attention_kernel`: every chunk's intra-chunk attention ``A`` ``(BH, NT, C, C)``."""
-        A = self.empty(q[0], self.BH, self.NT, CHUNK, CHUNK)
-        chunk_attention_kernel[self.grid(self.NT)](*q, *k, *self.a, *A, self.L, self.DK, self.NT,
-                                                   C=CHUNK, BK=self.BK, PHASE=self.phase, CPLX=self.cplx)
+        A = self.empty(q[0], self.BH, self.NT, self.C, self.C)
+        self.launch("chunk_attention_kernel", lambda m: self.NT, *q, *k, *self.a, *A, self.L, self.DK, self.NT,
+                    C=self.C, PHASE=self.phase, CPLX=self.cplx)
         return A
 
 
@@ -701,8 +780,8 @@ class _GateLoopTriton(torch.autograd.Function):
         hs, sL = run.states(kp, vp, h0p)
         A = run.attention(qp, kp)
         y = run.empty(qp[0], BH, L, run.DV)
-        chunk_output_kernel[run.grid(run.NT, run.value_tiles())](*qp, *vp, *run.a, *hs, *A, *y, *run.sizes,
-                                                                 **run.consts, num_warps=run.warps("chunk_output_kernel"))
+        run.launch("chunk_output_kernel", lambda m: run.NT * run.value_tiles(m),
+                   *qp, *vp, *run.a, *hs, *A, *y, *run.sizes, **run.consts)
         # la and its phasor products, and A for the backward (BH * L * C values a plane: at C = 16 a quarter of
         # q's bytes for heads of dk = 64 on the real path, half on the complex one)
         ctx.save_for_backward(*qp, *kp, *vp, *h0p, *run.a, *A)
@@ -722,14 +801,14 @@ class _GateLoopTriton(torch.autograd.Function):
         hs, _ = run.states(k, v, h0)
         dhs = run.empty(hs[0], *hs[0].shape)
         dh0 = run.empty(h0_re, *h0_re.shape)
-        chunk_adjoint_kernel[run.grid(run.key_tiles(), run.value_tiles())](
-            *q, *run.a, *G, *gS, *dhs, *dh0, *run.sizes, **run.consts)
+        run.launch("chunk_adjoint_kernel", lambda m: run.key_tiles(m) * run.value_tiles(m),
+                   *q, *run.a, *G, *gS, *dhs, *dh0, *run.sizes, **run.consts)
         dq, dk, dl = (run.empty(q_re, *q_re.shape) for _ in range(3))
-        chunk_dqk_kernel[run.grid(run.NT, run.key_tiles())](
-            *q, *k, *v, *run.a, *G, *hs, *dhs, *dq, *dk, *dl, *run.sizes, **run.consts)
+        run.launch("chunk_dqk_kernel", lambda m: run.NT * run.key_tiles(m),
+                   *q, *k, *v, *run.a, *G, *hs, *dhs, *dq, *dk, *dl, *run.sizes, **run.consts)
         dv = run.empty(v_re, *v_re.shape)
-        chunk_dv_kernel[run.grid(run.NT, run.value_tiles())](*k, *run.a, *G, *dhs, A_re, A_im, *dv, *run.sizes, **run.consts,
-                                                             num_warps=run.warps("chunk_dv_kernel"))
+        run.launch("chunk_dv_kernel", lambda m: run.NT * run.value_tiles(m),
+                   *k, *run.a, *G, *dhs, A_re, A_im, *dv, *run.sizes, **run.consts)
         grads = [run.out(pair) if is_c else pair[0]               # a real input gets the real part
                  for pair, is_c in zip((dq, dk, dv, dh0), ctx.complex_inputs)]
         # d log a = d log|a| + i d arg a: the real plane goes to log|a|, the imaginary one to the phase
@@ -756,7 +835,7 @@ def gateloop_triton_log(q, k, v, log_a, phase=None, *, h0=None, return_state=Fal
     real = _real_dtype(out_dtype)
     _check_precision(precision, real)
     # -inf (a = 0) becomes a finite floor: exp of any sum of them is 0, and no inf - inf can arise
-    la = log_a.to(real).clamp_min(torch.finfo(real).min / (4 * CHUNK))
+    la = log_a.to(real).clamp_min(torch.finfo(real).min / (4 * CHUNK_TENSOR_CORES))
     ph = None if phase is None else phase.to(real).expand_as(la)
     flat = lambda t: None if t is None else t.reshape(B * H, L, t.shape[-1])    # noqa: E731
     state0 = h0.reshape(B * H, DK, DV) if h0 is not None else torch.zeros(B * H, DK, DV, device=q.device, dtype=real)
