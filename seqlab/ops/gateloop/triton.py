@@ -119,13 +119,29 @@ if triton is not None:
 
     @triton.jit
     def _cmm(a_re, a_im, b_re, b_im, DOT: tl.constexpr, PREC: tl.constexpr, CPLX: tl.constexpr):
-        """``a @ b``: complex on real and imaginary planes (4 products), or real (1 product; imaginary part None)."""
-        if CPLX:
-            re = _mm(a_re, b_re, DOT, PREC) - _mm(a_im, b_im, DOT, PREC)
-            im = _mm(a_re, b_im, DOT, PREC) + _mm(a_im, b_re, DOT, PREC)
-            return re, im
-        else:
+        """``a @ b``: complex on real and imaginary planes (4 products), or real (1 product; imaginary part None).
+        The complex products are :func:`_mm`'s, written out (in the interpreter each call of a jitted function
+        costs milliseconds)."""
+        if not CPLX:
             return _mm(a_re, b_re, DOT, PREC), None
+        elif not DOT:
+            a_re, a_im = tl.trans(a_re)[:, :, None], tl.trans(a_im)[:, :, None]
+            b_re, b_im = b_re[:, None, :], b_im[:, None, :]
+            return (tl.sum(a_re * b_re, axis=0) - tl.sum(a_im * b_im, axis=0),
+                    tl.sum(a_re * b_im, axis=0) + tl.sum(a_im * b_re, axis=0))
+        elif PREC == "bf16" and _INTERPRETED:
+            a_re, a_im = a_re.to(tl.bfloat16).to(tl.float32), a_im.to(tl.bfloat16).to(tl.float32)
+            b_re, b_im = b_re.to(tl.bfloat16).to(tl.float32), b_im.to(tl.bfloat16).to(tl.float32)
+            return (tl.dot(a_re, b_re, input_precision="ieee") - tl.dot(a_im, b_im, input_precision="ieee"),
+                    tl.dot(a_re, b_im, input_precision="ieee") + tl.dot(a_im, b_re, input_precision="ieee"))
+        elif PREC == "bf16":
+            a_re, a_im = a_re.to(tl.bfloat16), a_im.to(tl.bfloat16)
+            b_re, b_im = b_re.to(tl.bfloat16), b_im.to(tl.bfloat16)
+            return (tl.dot(a_re, b_re, out_dtype=tl.float32) - tl.dot(a_im, b_im, out_dtype=tl.float32),
+                    tl.dot(a_re, b_im, out_dtype=tl.float32) + tl.dot(a_im, b_re, out_dtype=tl.float32))
+        else:
+            return (tl.dot(a_re, b_re, input_precision=PREC) - tl.dot(a_im, b_im, input_precision=PREC),
+                    tl.dot(a_re, b_im, input_precision=PREC) + tl.dot(a_im, b_re, input_precision=PREC))
 
     @triton.jit
     def _cmul(a_re, a_im, b_re, b_im, CPLX: tl.constexpr):
@@ -202,11 +218,6 @@ if triton is not None:
         return pid % n_tiles, rest % NT, (rest // NT).to(tl.int64)
 
     @triton.jit
-    def _row(x, m, offs_c):
-        """Row ``m`` of a (C, N) tile, as (N,)."""
-        return tl.sum(tl.where(offs_c[:, None] == m, x, 0.0), axis=0)
-
-    @triton.jit
     def _tile(re_ptr, im_ptr, bh, row0, L, offs_c, offs, D, CPLX: tl.constexpr):
         """A (C, B) tile of head ``bh``'s (L, D) plane pair from row ``row0``: rows past L and columns past D read 0
         (real inputs: the real plane only, the imaginary part None). The offset of the tile's first row is an
@@ -251,7 +262,9 @@ if triton is not None:
         g = tl.cumsum(lam, axis=0)
         e_re, e_im = _decay(g, p_re, p_im, PHASE, CPLX)
         if PHASE:
-            t_re, t_im = _decay(tl.sum(lam, axis=0), _row(p_re, C - 1, offs_c), _row(p_im, C - 1, offs_c), PHASE, CPLX)
+            last = offs_c[:, None] == C - 1                                            # P_last
+            t_re, t_im = _decay(tl.sum(lam, axis=0), tl.sum(tl.where(last, p_re, 0.0), axis=0),
+                                tl.sum(tl.where(last, p_im, 0.0), axis=0), PHASE, CPLX)
         else:
             t_re, t_im = _decay(tl.sum(lam, axis=0), None, None, PHASE, CPLX)
         return lam, p_re, p_im, e_re, e_im, t_re, t_im
@@ -266,29 +279,12 @@ if triton is not None:
         E = tl.cumsum(tl.load(la + (bh * L + row0) * DK + nxt * DK + offs_k[None, :], mask=mask, other=0.0),
                       axis=0, reverse=True)
         if PHASE:
-            last_re = _row(p_re, C - 1, offs_c)[None, :]
-            last_im = _row(p_im, C - 1, offs_c)[None, :]
+            last = offs_c[:, None] == C - 1
+            last_re = tl.sum(tl.where(last, p_re, 0.0), axis=0)[None, :]
+            last_im = tl.sum(tl.where(last, p_im, 0.0), axis=0)[None, :]
             return _decay(E, last_re * p_re + last_im * p_im, last_im * p_re - last_re * p_im, PHASE, CPLX)
         else:
             return _decay(E, None, None, PHASE, CPLX)
-
-    @triton.jit
-    def _decay_from(lam, p_re, p_im, m, offs_c, PHASE: tl.constexpr, CPLX: tl.constexpr):
-        """``exp(D[n, m])`` for every n (C, BK), zero for n < m. The magnitude from the segment sums
-        ``sum_{m<j<=n} log|a_j|``, summed afresh (a difference of cumulative sums would lose digits after a
-        near-reset); the phase as ``P_n conj(P_m)``, products of unit phasors, which lose none.
-        (Written without calls to other helpers: in the interpreter each call of a jitted function costs ~0.5 ms.)"""
-        D = tl.cumsum(tl.where(offs_c[:, None] > m, lam, 0.0), axis=0)
-        mag = tl.where(offs_c[:, None] >= m, tl.exp(D), 0.0)
-        if PHASE:
-            at_m = offs_c[:, None] == m
-            pm_re = tl.sum(tl.where(at_m, p_re, 0.0), axis=0)[None, :]
-            pm_im = tl.sum(tl.where(at_m, p_im, 0.0), axis=0)[None, :]
-            return mag * (p_re * pm_re + p_im * pm_im), mag * (p_im * pm_re - p_re * pm_im)
-        elif CPLX:
-            return mag, tl.zeros_like(mag)
-        else:
-            return mag, None
 
     @triton.jit
     def _chunk_matrix(re_ptr, im_ptr, chunk, offs_c, C: tl.constexpr, CPLX: tl.constexpr):
@@ -302,14 +298,26 @@ if triton is not None:
     @triton.jit
     def _intra_attention(q_re, q_im, k_re, k_im, lam, p_re, p_im, offs_c, C: tl.constexpr, PHASE: tl.constexpr,
                          CPLX: tl.constexpr):
-        """This key tile's share of ``A[n, m] = sum_d q_nd k_md exp(D[n, m, d])`` (C, C), built a column at a time."""
+        """This key tile's share of ``A[n, m] = sum_d q_nd k_md exp(D[n, m, d])`` (C, C), built a column at a time.
+
+        Column ``m`` takes ``exp(D[n, m])`` for every n (C, BK), zero for n < m: the magnitude from the segment sums
+        ``sum_{m<j<=n} log|a_j|``, summed afresh (a difference of cumulative sums would lose digits after a
+        near-reset), the phase as ``P_n conj(P_m)``, products of unit phasors, which lose none. (Written inline here
+        and in :func:`chunk_dqk_kernel`: in the interpreter each call of a jitted function costs milliseconds.)"""
         A_re = tl.zeros((C, C), dtype=q_re.dtype)
         if CPLX:
             A_im = tl.zeros((C, C), dtype=q_re.dtype)
         for m in range(C):
-            w_re, w_im = _decay_from(lam, p_re, p_im, m, offs_c, PHASE, CPLX)          # (C, BK)
             at_m = offs_c[:, None] == m
             here = offs_c[None, :] == m
+            D = tl.cumsum(tl.where(offs_c[:, None] > m, lam, 0.0), axis=0)             # D[:, m]  (C, BK)
+            w_re = tl.where(offs_c[:, None] >= m, tl.exp(D), 0.0)                      # exp(D[:, m])
+            if PHASE:
+                pm_re = tl.sum(tl.where(at_m, p_re, 0.0), axis=0)[None, :]             # P_m
+                pm_im = tl.sum(tl.where(at_m, p_im, 0.0), axis=0)[None, :]
+                w_re, w_im = w_re * (p_re * pm_re + p_im * pm_im), w_re * (p_im * pm_re - p_re * pm_im)
+            elif CPLX:
+                w_im = tl.zeros_like(w_re)
             km_re = tl.sum(tl.where(at_m, k_re, 0.0), axis=0)[None, :]    # k_m  (1, BK)
             if CPLX:
                 km_im = tl.sum(tl.where(at_m, k_im, 0.0), axis=0)[None, :]
@@ -514,10 +522,16 @@ if triton is not None:
         ke_re, ke_im = _cmul(kr, ki, E_re, E_im, CPLX)
         V_re, V_im = _cmulc(ke_re, ke_im, W_re, W_im, CPLX)
         for m in range(C):
-            w_re, w_im = _decay_from(lam, p_re, p_im, m, offs_c, PHASE, CPLX)        # exp(D[:, m])  (C, BK)
             col_m = offs_c[None, :] == m
             here = offs_c[:, None] == m
             after = offs_c[:, None] > m
+            w_re = tl.where(offs_c[:, None] >= m, tl.exp(tl.cumsum(tl.where(after, lam, 0.0), axis=0)), 0.0)
+            if PHASE:                                                                # exp(D[:, m])  (C, BK), as in
+                pw_re = tl.sum(tl.where(here, p_re, 0.0), axis=0)[None, :]           # _intra_attention
+                pw_im = tl.sum(tl.where(here, p_im, 0.0), axis=0)[None, :]
+                w_re, w_im = w_re * (p_re * pw_re + p_im * pw_im), w_re * (p_im * pw_re - p_re * pw_im)
+            elif CPLX:
+                w_im = tl.zeros_like(w_re)
             pm_re = tl.sum(tl.where(col_m, P_re, 0.0), axis=1)[:, None]              # P[:, m]  (C, 1)
             km_re = tl.sum(tl.where(here, kr, 0.0), axis=0)[None, :]                 # k_m  (1, BK)
             if CPLX:
