@@ -78,10 +78,68 @@ def test_tiled_heads_forward_and_backward(dk, dv, kind):
 
 
 def test_blocks_stay_within_64_and_small_heads_are_not_padded():
-    from seqlab.ops.gateloop.triton import gateloop_blocks
+    from seqlab.ops.gateloop.triton import KERNELS, gateloop_blocks, gateloop_chunk, gateloop_configs
 
     for d in range(1, 257):
         BK, BV, DOT = gateloop_blocks(d, d)
         assert BK <= 64 and BV <= 64 and BK == BV
         assert DOT == (d >= 16)
         assert BK >= min(d, 16) and (DOT or BK < 2 * d)     # a small head is not padded to 16
+        for precision in ("ieee", "tf32x3", "tf32", "bf16"):
+            for cplx in (False, True):
+                tensor_cores = DOT and not cplx and precision in ("tf32", "bf16")
+                assert gateloop_chunk(d, d, precision, cplx) == (64 if tensor_cores else 16)
+                for kernel in KERNELS:
+                    configs = gateloop_configs(kernel, d, d, precision, cplx)
+                    assert configs and all(32 <= c["BK"] <= 64 if tensor_cores else c["BK"] == BK for c in configs)
+
+
+def test_chunks_of_64_on_tensor_cores_forward_and_backward():
+    """Real inputs at precision "tf32" run in chunks of 64 with tiles of 32 (autotuning's first configuration,
+    the one the interpreter runs; it computes tl.dot in float32 whatever the precision, so the float32 tolerance
+    holds): L = 65, a whole chunk and one step; a state h0; a head (24 x 20) inside one ragged tile."""
+    from seqlab.ops.gateloop.triton import gateloop_triton
+
+    L = 65
+    q, k, v, a = make_inputs(1, 1, L, 24, 20, complex_=False)
+    h0 = torch.randn(1, 1, 24, 20)
+    w = torch.randn(1, 1, L, 20, dtype=torch.float64)
+
+    def run(inputs, forward):
+        inputs = [t.detach().clone().requires_grad_(True) for t in inputs]
+        y, S = forward(*inputs)
+        ((y.double() * w).sum() + S.double().sum()).backward()
+        return y, S, [t.grad for t in inputs]
+
+    y_ref, S_ref, ref = run([to64(t) for t in (q, k, v, a, h0)],
+                            lambda q, k, v, a, h0: gateloop(q, k, v, a, h0=h0, mode="recurrent", return_state=True))
+    y, S, out = run([q, k, v, a, h0],
+                    lambda q, k, v, a, h0: gateloop_triton(q, k, v, a, h0=h0, return_state=True, precision="tf32"))
+    check(y, y_ref, 1e-5, f"chunks of 64: y L={L}")
+    check(S, S_ref, 1e-5, f"chunks of 64: S_L L={L}")
+    for name, g, r in zip(["q", "k", "v", "a", "h0"], out, ref):
+        check(g, r, 1e-5, f"chunks of 64: grad {name} L={L}")
+
+
+def test_bf16_products_are_bf16_accurate():
+    """``precision="bf16"`` rounds the chunk products' operands to bfloat16 (8-bit mantissas: relative error
+    ~2^-9 a product; the default ``"ieee"`` keeps float32's 1e-5, tested above at the same head size); tf32 /
+    tf32x3 are tl.dot options the interpreter cannot show (``test_triton_spills.py`` checks that the compiled
+    products carry them)."""
+    from seqlab.ops.gateloop.triton import gateloop_triton
+    from seqlab.ops import relative_error
+
+    q, k, v, a = make_inputs(1, 1, 20, 16, 16, complex_=False)
+    ref, _ = reference(q, k, v, a)
+    err = relative_error(gateloop_triton(q, k, v, a, precision="bf16")[0], ref)
+    assert 2 ** -12 < err < 2 ** -5, f"bf16 products: relative error {err:.2e}, not bfloat16's"
+
+
+def test_precision_names_are_checked():
+    from seqlab.ops.gateloop.triton import gateloop_triton
+
+    q, k, v, a = make_inputs(1, 1, 3, 2, 2, complex_=False)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        gateloop_triton(q, k, v, a, precision="fp16")
+    with pytest.raises(ValueError, match="float64 / complex128 inputs always multiply in full"):
+        gateloop_triton(q.double(), k.double(), v.double(), a.double(), precision="tf32")

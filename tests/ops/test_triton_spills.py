@@ -1,8 +1,9 @@
 """Every Triton kernel fits in registers on a real GPU: compiled for sm_80 (A100) and sm_90 (H100) at the
-blocks ``auto`` launches for head sizes 1, 16, 64 and 128, ``ptxas -v`` reports 0 bytes of spill stores and
-loads. No GPU is needed: Triton compiles ahead of time (``seqlab.kernels.aot.ptxas_usage``), all kernels in
+blocks ``auto`` launches for head sizes 1, 16, 64 and 128 (for GateLoop: every configuration autotuning may pick,
+at every precision of its products), ``ptxas -v`` reports 0 bytes of spill stores and loads. No GPU is needed: Triton compiles ahead of time (``seqlab.kernels.aot.ptxas_usage``), all kernels in
 one process."""
 import importlib
+import re
 
 import pytest
 
@@ -20,10 +21,22 @@ def _jobs():
     rel = importlib.import_module("seqlab.ops.relation.triton")
     configs = []
     for d in HEAD_SIZES:
-        BK, BV, DOT = gl.gateloop_blocks(d, d)
-        for phase in (False, True):      # real positive transitions skip the phasors
-            configs += [("seqlab.ops.gateloop.triton", k, dict(C=gl.CHUNK, BK=BK, BV=BV, DOT=DOT, PHASE=phase),
-                         gl.gateloop_warps(k, DOT)) for k in gl.KERNELS]
+        DOT = gl.gateloop_blocks(d, d)[2]
+        # real inputs and transitions (real planes only), complex inputs with real positive transitions (no
+        # phasors), complex transitions, at the default precision; at the others, the configurations that differ:
+        # chunks of 64 on tensor cores (real inputs at tf32 and bf16, every configuration autotuning may pick) and
+        # tf32x3's split operands at chunks of 16 for the widest (complex transitions; its real path and the
+        # complex paths at tf32 and bf16 hold fewer values in the same tiles)
+        lower = ((True, True, "tf32x3"), (False, False, "tf32"), (False, False, "bf16")) if DOT else ()
+        for phase, cplx, prec in ((False, False, "ieee"), (False, True, "ieee"), (True, True, "ieee"), *lower):
+            C = gl.gateloop_chunk(d, d, prec, cplx)
+            for k in gl.KERNELS:
+                consts = dict(C=C, DOT=DOT, PHASE=phase, CPLX=cplx)
+                if k != "chunk_attention_kernel":           # the one without a product, and without PREC
+                    consts["PREC"] = prec
+                for config in gl.gateloop_configs(k, d, d, prec, cplx):
+                    blocks = {b: v for b, v in config.items() if b != "num_warps"}
+                    configs.append(("seqlab.ops.gateloop.triton", k, {**consts, **blocks}, config["num_warps"]))
     # the scan's widest branch (complex a and x, an initial state) at the tiles its launch plan picks: every width
     # of channels (B * D / BD programs fill the GPU) with its 1024-element tile, a warp per 128 elements, so a thread
     # holds 4 elements of each plane at every tile; reduce-then-scan (B = 1) adds the chunk kernel
@@ -46,10 +59,15 @@ def _jobs():
             for m, k, c, w in unique for cap in CAPABILITIES]
 
 
-def test_every_kernel_compiles_without_spills():
+@pytest.fixture(scope="module")
+def report():
+    """``ptxas -v`` and the Triton IR of every job, compiled once for both tests (each compile takes ~0.5 s)."""
     from seqlab.kernels.aot import ptxas_usage
 
-    report = ptxas_usage(_jobs())
+    return ptxas_usage(_jobs())
+
+
+def test_every_kernel_compiles_without_spills(report):
     kernels = {r["kernel"] for r in report}
     assert {"chunk_dqk_kernel", "linear_scan_bwd_kernel", "logcumsumexp_bwd_kernel"} <= kernels
     missing = [r for r in report if r["spill_stores"] is None]
@@ -60,18 +78,39 @@ def test_every_kernel_compiles_without_spills():
     assert not spills, "kernels that spill:\n" + "\n".join(spills)
 
 
-def test_no_kernel_multiplies_matrices_in_reduced_precision():
-    """Every ``tt.dot`` in the Triton IR is one the kernel asks for, in full precision: the elementwise path of
-    small GateLoop heads (``DOT=False``) holds none, since Triton's combiner turns a broadcast multiply-and-sum
-    into a ``tt.dot``, which gave wrong gradients at sides of 1 on an H100 (Triton 3.6; this test would have caught
-    it); and every ``tt.dot`` is in full (IEEE) precision: TF32 would break the float32 tolerances."""
-    from seqlab.kernels.aot import ptxas_usage
+def _precision(dot: str) -> str:
+    """The precision of one ``tt.dot`` line of Triton IR: bf16 operands, or its ``inputPrecision`` (IEEE, the
+    default, is not printed; any other shows as ``inputPrecision = tf32`` etc.)."""
+    if "xbf16>" in dot.split("->")[0]:
+        return "bf16"
+    found = re.search(r"inputPrecision = (\w+)", dot)
+    return found.group(1) if found else "ieee"
 
-    jobs = [j for j in _jobs() if j["capability"] == 90]
-    report = ptxas_usage(jobs)
+
+def test_every_product_has_the_precision_asked_for(report):
+    """Every ``tt.dot`` in the Triton IR is one the kernel asks for, at the precision it asks for: the elementwise
+    path of small GateLoop heads (``DOT=False``) holds none, since Triton's combiner turns a broadcast
+    multiply-and-sum into a ``tt.dot``, which gave wrong gradients at sides of 1 on an H100 (Triton 3.6; this test
+    would have caught it); GateLoop's products are at its ``PREC`` (``"ieee"`` by default: TF32 would break the
+    float32 tolerances), every other kernel's in full (IEEE) precision."""
+    report = [r for r in report if r["capability"] == 90]
     made = [f"{r['kernel']} {r['constexprs']}: {r['dots']}" for r in report
             if r["constexprs"].get("DOT") is False and r["dots"]]
     assert not made, "tt.dot in the elementwise path:\n" + "\n".join(made)
-    # IEEE is tt.dot's default precision and is not printed; any other shows as "inputPrecision = tf32" etc.
-    low = [f"{r['kernel']} {r['constexprs']}: {d}" for r in report for d in r["dots"] if "inputPrecision" in d]
-    assert not low, "tt.dot below full precision:\n" + "\n".join(low)
+    asked = {r["constexprs"].get("PREC", "ieee") for r in report if r["dots"]}
+    assert asked == {"ieee", "tf32x3", "tf32", "bf16"}, f"products compiled only at {asked}"
+    wrong = [f"{r['kernel']} {r['constexprs']}: {d}" for r in report for d in r["dots"]
+             if _precision(d) != r["constexprs"].get("PREC", "ieee")]
+    assert not wrong, "tt.dot not at the precision asked for:\n" + "\n".join(wrong)
+
+
+def test_real_inputs_take_one_product_where_complex_take_four(report):
+    """GateLoop's real path (real ``q, k, v, a``: ``CPLX=False``) holds a quarter of the complex path's ``tt.dot``s
+    and reads no imaginary planes: one real product where complex arithmetic needs four."""
+    dots = {(r["kernel"], r["constexprs"]["BK"], r["constexprs"]["CPLX"]): len(r["dots"]) for r in report
+            if r["module"] == "seqlab.ops.gateloop.triton" and r["constexprs"]["DOT"] and r["capability"] == 90
+            and not r["constexprs"]["PHASE"] and r["constexprs"].get("PREC") == "ieee"}
+    pairs = [(key[:2], n, dots[(*key[:2], True)]) for key, n in dots.items() if not key[2]]
+    assert pairs and any(n for _, n, _ in pairs)
+    wrong = [f"{kernel}: {n} real, {c} complex" for kernel, n, c in pairs if 4 * n != c]
+    assert not wrong, "real path not a quarter of the complex products:\n" + "\n".join(wrong)

@@ -4,8 +4,11 @@
 Triton has no complex dtype: every complex tensor travels as a real and an imaginary plane, and
 the transitions as a ``log|a|`` plane and (only when some ``a`` is not real and positive) the planes of
 their phasors' products from each chunk's start, ``P_n = prod_{j<=n} a_j / |a_j|``, taken in torch: a
-phase between steps ``m`` and ``n`` is ``P_n conj(P_m)``, so no sine or cosine runs in a kernel. The sequence is cut into chunks of ``C = 16``
-steps; ``n, m, j`` index steps inside a chunk. Per chunk (the ``"chunked"`` mode of
+phase between steps ``m`` and ``n`` is ``P_n conj(P_m)``, so no sine or cosine runs in a kernel. When ``q, k, v``,
+``h0`` and ``a`` are all real and every ``a`` is positive (the causal decays, linear attention, real GateLoop), the
+kernels run on the real planes alone (``CPLX=False``): no imaginary plane is read or written and every product is one
+real ``tl.dot`` instead of four. The sequence is cut into chunks of ``C`` steps (16, or 64 on tensor cores: see
+the blocks below); ``n, m, j`` index steps inside a chunk. Per chunk (the ``"chunked"`` mode of
 ``seqlab.ops.gateloop``, eq. 7-9 restarted at the chunk):
 
     D[n, m] = sum_{m < j <= n} log a_j        segment sums, summed afresh for every m: exact to rounding
@@ -16,7 +19,9 @@ steps; ``n, m, j`` index steps inside a chunk. Per chunk (the ``"chunked"`` mode
     S_out   = diag(exp(g_last)) S_in + sum_m (k_m . exp(E_m))^T v_m
 
 The work is split as flash-linear-attention splits its chunked kernels, so that no program holds more
-than one ``(BK, BV)`` tile of a state and one ``(C, BK)`` / ``(C, BV)`` tile of each input:
+than one ``(BK, BV)`` tile of a state and one ``(C, BK)`` / ``(C, BV)`` tile of each input. Every kernel's programs
+lie on grid axis 0 (tiles fastest, then chunks, then heads: no axis-1/2 limit of 65,535 chunks), and each tile's
+offset is taken from the head index in int64 (no wrap past 2^31 elements), the offsets inside the tile in int32:
 
 - :func:`chunk_states_kernel` - one program per (batch*head, key tile, value tile) walks the chunks and
   writes the state entering each chunk (``S_in``), then ``S_L``;
@@ -37,17 +42,30 @@ than one ``(BK, BV)`` tile of a state and one ``(C, BK)`` / ``(C, BV)`` tile of 
   to the state leaving it, (4) from state to state (the telescoping identity
   ``sum_{n>=j} conj(q_n) dq_n - conj(k_n) dk_n`` is exact too, but cancels catastrophically in float32
   for strong decays);
-- :func:`chunk_dv_kernel` - per (batch*head, chunk, value tile), from the stored ``A``:
-  ``dv_m = sum_{n>=m} conj(A[n, m]) G_n + conj(k_m . exp(E_m)) dS_out``.
+- :func:`chunk_dv_kernel` - per (batch*head, chunk, value tile), from ``A`` as the forward stored it (saved for the
+  backward: ``BH * L * C`` numbers a plane, at ``C = 16`` a quarter of ``q``'s bytes for heads of ``dk = 64``):
+  ``dv_m = sum_{n>=m} conj(A[n, m]) G_n + conj(k_m . exp(E_m)) dS_out``. The backward recomputes the states
+  ``S_in`` (``L / C`` of them, ``dk x dv`` each: at ``C = 16`` four times ``q``'s bytes for heads of 64).
 
-Blocks (:func:`gateloop_blocks`): heads of 16 and more use tiles of 16 and ``tl.dot`` (float32 with
-``input_precision="ieee"``: TF32 would break the float tolerances, and the interpreter would not show it;
-float64 stays float64); smaller heads (the paper's ``dk = dv = 1``) take an elementwise path with tiles of
-their own size, not padded to 16. ``ptxas -v`` reports no spills at these blocks for sm_80 and sm_90
-(``tests/ops/test_triton_spills.py``); at tiles of 32 the backward's ``dq/dk`` kernel spills 6 KB, at 64 all but the
-attention kernel do: a full-precision ``tl.dot`` is a loop of FMAs whose operands each thread holds in registers.
+Blocks and precision. Heads under 16 (the paper's ``dk = dv = 1``) take an elementwise path with tiles of their own
+size, not padded to 16 (:func:`gateloop_blocks`). Heads of 16 and more multiply with ``tl.dot`` at the precision
+``precision`` names (:data:`PRECISIONS`): ``"ieee"`` by default (full float32: TF32 would break the float32
+tolerances, and the interpreter would not show it), ``"tf32x3"`` / ``"tf32"`` (``tl.dot``'s ``input_precision``, on
+tensor cores) or ``"bf16"`` (bfloat16 operands, float32 sums); float64 stays float64 and ``"ieee"``. In full
+precision a ``tl.dot`` is a loop of FMAs whose operands each thread holds in registers: chunks and tiles of 16 (at
+tiles of 32 the backward's ``dq/dk`` kernel spills 6 KB, at 64 all but the attention kernel do). On tensor cores
+the MMA reads its operands from shared memory: real inputs at ``"tf32"`` / ``"bf16"`` run in chunks of 64 with key /
+value tiles of 32 or 64, which ``triton.autotune`` picks by timing (:func:`gateloop_configs`; the first alone under
+the interpreter); ``"tf32x3"`` and complex inputs keep chunks and tiles of 16 (at 64 they spill).
+``tests/ops/test_triton_spills.py`` compiles every configuration for sm_80 and sm_90 and finds no spills. The
+intra-chunk matrix ``A`` is still built a column at a time on the CUDA cores (``C`` iterations of ``(C, BK)`` work):
+its cost per step grows as ``C``, which is what flash-linear-attention's sub-chunks (factorised products between
+sub-chunks of 16, exact within the diagonal ones) avoid.
 """
 from __future__ import annotations
+
+import functools
+import os
 
 import torch
 
@@ -60,377 +78,523 @@ except ImportError:  # pragma: no cover - Triton ships for Linux only
     triton = None
 
 __all__ = ["gateloop_triton", "gateloop_triton_log", "gateloop_scan", "runs_on_scan", "gateloop_blocks",
-           "gateloop_warps", "CHUNK", "KERNELS", "SCAN_STATE"]
+           "gateloop_warps", "gateloop_chunk", "gateloop_configs", "CHUNK", "CHUNK_TENSOR_CORES", "KERNELS",
+           "PRECISIONS", "SCAN_STATE"]
 
-CHUNK = 16          # steps a chunk; also tl.dot's smallest side
+CHUNK = 16          # steps a chunk in full precision and on the elementwise path; also tl.dot's smallest side
+CHUNK_TENSOR_CORES = 64     # steps a chunk when the products run on tensor cores (precision tf32x3, tf32, bf16)
 KERNELS = ("chunk_states_kernel", "chunk_attention_kernel", "chunk_output_kernel", "chunk_adjoint_kernel",
            "chunk_dqk_kernel",
            "chunk_dv_kernel")
+PRECISIONS = ("ieee", "tf32x3", "tf32", "bf16")   # the chunk products' precision: see _mm
+_INTERPRETER = os.environ.get("TRITON_INTERPRET", "0") == "1"    # seqlab.kernels sets it where there is no GPU
 
 
 if triton is not None:
+    # Triton 3.7's CPU interpreter turns a tl.dot of bfloat16 tiles into one of their bit patterns (values ~1e10):
+    # under it, "bf16" rounds the operands to bfloat16 and multiplies them in float32, the same numbers
+    _INTERPRETED = tl.constexpr(_INTERPRETER)
 
     @triton.jit
-    def _mm(a, b, DOT: tl.constexpr):
-        """``a @ b`` for (M, K) and (K, N) tiles: ``tl.dot`` in full precision, or elementwise for small tiles.
+    def _mm(a, b, DOT: tl.constexpr, PREC: tl.constexpr):
+        """``a @ b`` for (M, K) and (K, N) tiles: ``tl.dot`` at precision ``PREC``, or elementwise for small tiles.
+
+        ``PREC`` is ``tl.dot``'s ``input_precision`` (``"ieee"``, ``"tf32x3"``, ``"tf32"``), or ``"bf16"``: operands
+        rounded to bfloat16, products accumulated in float32.
 
         The elementwise form sums a (K, M, N) product over its first axis. Written as the textbook
         ``sum(a[:, :, None] * b[None, :, :], axis=1)`` it is turned by Triton's combiner into a ``tt.dot``, whose
         result at a side of 1 was wrong on an H100 (Triton 3.6: GateLoop's ``dq`` off by 700%);
         ``tests/ops/test_triton_spills.py`` checks that no kernel of the small path holds a ``tt.dot``."""
         if DOT:
-            return tl.dot(a, b, input_precision="ieee")
+            if PREC == "bf16" and _INTERPRETED:     # the interpreter multiplies bf16 tiles as their raw bits
+                return tl.dot(a.to(tl.bfloat16).to(tl.float32), b.to(tl.bfloat16).to(tl.float32),
+                              input_precision="ieee")
+            elif PREC == "bf16":
+                return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), out_dtype=tl.float32)
+            else:
+                return tl.dot(a, b, input_precision=PREC)
         else:
             return tl.sum(tl.trans(a)[:, :, None] * b[:, None, :], axis=0)
 
     @triton.jit
-    def _cmm(a_re, a_im, b_re, b_im, DOT: tl.constexpr):
-        """Complex ``a @ b`` on real and imaginary planes."""
-        re = _mm(a_re, b_re, DOT) - _mm(a_im, b_im, DOT)
-        im = _mm(a_re, b_im, DOT) + _mm(a_im, b_re, DOT)
-        return re, im
+    def _cmm(a_re, a_im, b_re, b_im, DOT: tl.constexpr, PREC: tl.constexpr, CPLX: tl.constexpr):
+        """``a @ b``: complex on real and imaginary planes (4 products), or real (1 product; imaginary part None).
+        The complex products are :func:`_mm`'s, written out (in the interpreter each call of a jitted function
+        costs milliseconds)."""
+        if not CPLX:
+            return _mm(a_re, b_re, DOT, PREC), None
+        elif not DOT:
+            a_re, a_im = tl.trans(a_re)[:, :, None], tl.trans(a_im)[:, :, None]
+            b_re, b_im = b_re[:, None, :], b_im[:, None, :]
+            return (tl.sum(a_re * b_re, axis=0) - tl.sum(a_im * b_im, axis=0),
+                    tl.sum(a_re * b_im, axis=0) + tl.sum(a_im * b_re, axis=0))
+        elif PREC == "bf16" and _INTERPRETED:
+            a_re, a_im = a_re.to(tl.bfloat16).to(tl.float32), a_im.to(tl.bfloat16).to(tl.float32)
+            b_re, b_im = b_re.to(tl.bfloat16).to(tl.float32), b_im.to(tl.bfloat16).to(tl.float32)
+            return (tl.dot(a_re, b_re, input_precision="ieee") - tl.dot(a_im, b_im, input_precision="ieee"),
+                    tl.dot(a_re, b_im, input_precision="ieee") + tl.dot(a_im, b_re, input_precision="ieee"))
+        elif PREC == "bf16":
+            a_re, a_im = a_re.to(tl.bfloat16), a_im.to(tl.bfloat16)
+            b_re, b_im = b_re.to(tl.bfloat16), b_im.to(tl.bfloat16)
+            return (tl.dot(a_re, b_re, out_dtype=tl.float32) - tl.dot(a_im, b_im, out_dtype=tl.float32),
+                    tl.dot(a_re, b_im, out_dtype=tl.float32) + tl.dot(a_im, b_re, out_dtype=tl.float32))
+        else:
+            return (tl.dot(a_re, b_re, input_precision=PREC) - tl.dot(a_im, b_im, input_precision=PREC),
+                    tl.dot(a_re, b_im, input_precision=PREC) + tl.dot(a_im, b_re, input_precision=PREC))
 
     @triton.jit
-    def _decay(log_mag, p_re, p_im, PHASE: tl.constexpr):
+    def _cmul(a_re, a_im, b_re, b_im, CPLX: tl.constexpr):
+        """Elementwise ``a * b`` (real when not ``CPLX``: imaginary parts None)."""
+        if CPLX:
+            return a_re * b_re - a_im * b_im, a_re * b_im + a_im * b_re
+        else:
+            return a_re * b_re, None
+
+    @triton.jit
+    def _cmulc(a_re, a_im, b_re, b_im, CPLX: tl.constexpr):
+        """Elementwise ``conj(a) * b``."""
+        if CPLX:
+            return a_re * b_re + a_im * b_im, a_re * b_im - a_im * b_re
+        else:
+            return a_re * b_re, None
+
+    @triton.jit
+    def _conj(re, im, TRANS: tl.constexpr, CPLX: tl.constexpr):
+        """``conj(x)``, or its conjugate transpose ``x^H`` (``TRANS``)."""
+        if TRANS:
+            re = tl.trans(re)
+        if CPLX:
+            if TRANS:
+                im = tl.trans(im)
+            return re, -im
+        else:
+            return re, None
+
+    @triton.jit
+    def _trans(re, im, CPLX: tl.constexpr):
+        """``x^T``."""
+        if CPLX:
+            return tl.trans(re), tl.trans(im)
+        else:
+            return tl.trans(re), None
+
+    @triton.jit
+    def _decay(log_mag, p_re, p_im, PHASE: tl.constexpr, CPLX: tl.constexpr):
         """``exp(log_mag) * p`` as (re, im): a decay from its summed ``log|a|`` and its product of phasors
-        ``p = prod a / |a|`` (``PHASE=False``: every ``a`` real and positive, ``p = 1``)."""
+        ``p = prod a / |a|`` (``PHASE=False``: every ``a`` real and positive, ``p = 1``; a zero imaginary part in
+        complex arithmetic, none in real)."""
         r = tl.exp(log_mag)
         if PHASE:
             return r * p_re, r * p_im
-        else:
+        elif CPLX:
             return r, tl.zeros_like(r)
+        else:
+            return r, None
 
     @triton.jit
-    def _transitions(la, ph_re, ph_im, base, rows, L, NT, offs_k, DK, C: tl.constexpr, PHASE: tl.constexpr):
-        """One tile's ``log|a|`` (C, BK), 0 past L (``a = 1``), and its phasors' products from the chunk's start
-        ``P_n = prod_{j<=n} a_j / |a_j|`` (C, BK; laid out over the ``NT * C`` padded rows)."""
-        mask = (rows[:, None] < L) & (offs_k[None, :] < DK)
-        p = base * L + rows[:, None] * DK + offs_k[None, :]
-        lam = tl.load(la + p, mask=mask, other=0.0)
+    def _transitions(la, ph_re, ph_im, bh, row0, L, NT, offs_c, offs_k, DK, C: tl.constexpr, PHASE: tl.constexpr):
+        """One tile's ``log|a|`` (C, BK) of the chunk from row ``row0`` of head ``bh``, 0 past L (``a = 1``), and its
+        phasors' products from the chunk's start ``P_n = prod_{j<=n} a_j / |a_j|`` (C, BK; laid out over the
+        ``NT * C`` padded rows)."""
+        mask = (offs_c[:, None] < L - row0) & (offs_k[None, :] < DK)
+        p = offs_c[:, None] * DK + offs_k[None, :]
+        lam = tl.load(la + (bh * L + row0) * DK + p, mask=mask, other=0.0)
         if PHASE:
-            mask_p = (rows[:, None] < NT * C) & (offs_k[None, :] < DK)
-            p = base * NT * C + rows[:, None] * DK + offs_k[None, :]
-            return lam, tl.load(ph_re + p, mask=mask_p, other=1.0), tl.load(ph_im + p, mask=mask_p, other=0.0)
+            mask_p = (offs_c[:, None] < C) & (offs_k[None, :] < DK)
+            start = (bh * NT * C + row0) * DK
+            return (lam, tl.load(ph_re + start + p, mask=mask_p, other=1.0),
+                    tl.load(ph_im + start + p, mask=mask_p, other=0.0))
         else:
             return lam, lam, lam          # phasors unused
 
     @triton.jit
-    def _row(x, m, offs_c):
-        """Row ``m`` of a (C, N) tile, as (N,)."""
-        return tl.sum(tl.where(offs_c[:, None] == m, x, 0.0), axis=0)
+    def _program(n_tiles, NT):
+        """This program's (tile, chunk, batch*head): grid axis 0 runs over the tiles fastest, then the chunks, then
+        the heads (``NT = 1``: the kernels that walk the chunks), so that no axis meets the 65,535 limit of axes 1
+        and 2; the head index in int64, so that offsets past 2^31 elements do not wrap."""
+        pid = tl.program_id(0)
+        rest = pid // n_tiles
+        return pid % n_tiles, rest % NT, (rest // NT).to(tl.int64)
 
     @triton.jit
-    def _tile(re_ptr, im_ptr, base, rows, L, offs, D):
-        """A (C, B) tile of a (L, D) plane pair from row ``rows[0]``: rows past L and columns past D read 0."""
-        mask = (rows[:, None] < L) & (offs[None, :] < D)
-        p = base + rows[:, None] * D + offs[None, :]
-        return tl.load(re_ptr + p, mask=mask, other=0.0), tl.load(im_ptr + p, mask=mask, other=0.0)
+    def _tile(re_ptr, im_ptr, bh, row0, L, offs_c, offs, D, CPLX: tl.constexpr):
+        """A (C, B) tile of head ``bh``'s (L, D) plane pair from row ``row0``: rows past L and columns past D read 0
+        (real inputs: the real plane only, the imaginary part None). The offset of the tile's first row is an
+        int64 (``bh`` is), the offsets inside it int32."""
+        start = (bh * L + row0) * D
+        mask = (offs_c[:, None] < L - row0) & (offs[None, :] < D)
+        p = offs_c[:, None] * D + offs[None, :]
+        if CPLX:
+            return (tl.load(re_ptr + start + p, mask=mask, other=0.0),
+                    tl.load(im_ptr + start + p, mask=mask, other=0.0))
+        else:
+            return tl.load(re_ptr + start + p, mask=mask, other=0.0), None
 
     @triton.jit
-    def _store_tile(re_ptr, im_ptr, base, rows, L, offs, D, x_re, x_im):
-        """Store a (C, B) tile pair into a (L, D) plane pair from row ``rows[0]`` (rows past L, columns past D
-        left alone): the inverse of :func:`_tile`."""
-        mask = (rows[:, None] < L) & (offs[None, :] < D)
-        p = base + rows[:, None] * D + offs[None, :]
-        tl.store(re_ptr + p, x_re, mask=mask)
-        tl.store(im_ptr + p, x_im, mask=mask)
+    def _store_tile(re_ptr, im_ptr, bh, row0, L, offs_c, offs, D, x_re, x_im, CPLX: tl.constexpr):
+        """Store a (C, B) tile pair into head ``bh``'s (L, D) plane pair from row ``row0`` (rows past L, columns
+        past D left alone): the inverse of :func:`_tile`."""
+        start = (bh * L + row0) * D
+        mask = (offs_c[:, None] < L - row0) & (offs[None, :] < D)
+        p = offs_c[:, None] * D + offs[None, :]
+        tl.store(re_ptr + start + p, x_re, mask=mask)
+        if CPLX:
+            tl.store(im_ptr + start + p, x_im, mask=mask)
 
     @triton.jit
-    def _state_tile(re_ptr, im_ptr, base, offs_k, offs_v, DK, DV):
+    def _state_tile(re_ptr, im_ptr, base, offs_k, offs_v, DK, DV, CPLX: tl.constexpr):
         """A (BK, BV) tile of a (DK, DV) state at ``base``: its offsets within the state, mask and values."""
         p = offs_k[:, None] * DV + offs_v[None, :]
         mask = (offs_k[:, None] < DK) & (offs_v[None, :] < DV)
         re = tl.load(re_ptr + base + p, mask=mask, other=0.0)
-        return p, mask, re, tl.load(im_ptr + base + p, mask=mask, other=0.0)
+        if CPLX:
+            return p, mask, re, tl.load(im_ptr + base + p, mask=mask, other=0.0)
+        else:
+            return p, mask, re, None
 
     @triton.jit
-    def _from_start(la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C: tl.constexpr, PHASE: tl.constexpr):
+    def _from_start(la, ph_re, ph_im, bh, row0, L, NT, offs_c, offs_k, DK, C: tl.constexpr, PHASE: tl.constexpr,
+                    CPLX: tl.constexpr):
         """One tile's ``log|a|`` and phasor products ``P`` (C, BK), its decays from the chunk's start ``exp(g_n)``
         (C, BK) and through the whole chunk ``exp(g_last)`` (BK,)."""
-        lam, p_re, p_im = _transitions(la, ph_re, ph_im, bh * DK, rows, L, NT, offs_k, DK, C, PHASE)
+        lam, p_re, p_im = _transitions(la, ph_re, ph_im, bh, row0, L, NT, offs_c, offs_k, DK, C, PHASE)
         g = tl.cumsum(lam, axis=0)
-        e_re, e_im = _decay(g, p_re, p_im, PHASE)
-        t_re, t_im = _decay(tl.sum(lam, axis=0), _row(p_re, C - 1, offs_c), _row(p_im, C - 1, offs_c), PHASE)
+        e_re, e_im = _decay(g, p_re, p_im, PHASE, CPLX)
+        if PHASE:
+            last = offs_c[:, None] == C - 1                                            # P_last
+            t_re, t_im = _decay(tl.sum(lam, axis=0), tl.sum(tl.where(last, p_re, 0.0), axis=0),
+                                tl.sum(tl.where(last, p_im, 0.0), axis=0), PHASE, CPLX)
+        else:
+            t_re, t_im = _decay(tl.sum(lam, axis=0), None, None, PHASE, CPLX)
         return lam, p_re, p_im, e_re, e_im, t_re, t_im
 
     @triton.jit
-    def _to_end(la, bh, rows, L, offs_c, offs_k, DK, p_re, p_im, C: tl.constexpr, PHASE: tl.constexpr):
+    def _to_end(la, bh, row0, L, offs_c, offs_k, DK, p_re, p_im, C: tl.constexpr, PHASE: tl.constexpr,
+                CPLX: tl.constexpr):
         """Decays to the chunk's end, ``exp(E_m) = prod_{m < j < C} a_j`` (C, BK): a reverse cumulative sum of the
         next rows' ``log|a|`` (loaded shifted by one, so that nothing is subtracted), and ``P_last conj(P_m)``."""
-        nxt = tl.where(offs_c + 1 < C, rows + 1, L)         # the row after, or past the end (a = 1)
-        mask = (nxt[:, None] < L) & (offs_k[None, :] < DK)
-        E = tl.cumsum(tl.load(la + bh * L * DK + nxt[:, None] * DK + offs_k[None, :], mask=mask, other=0.0),
+        nxt = offs_c[:, None] + 1                           # the row after (a = 1 past the chunk or L)
+        mask = (nxt < C) & (nxt < L - row0) & (offs_k[None, :] < DK)
+        E = tl.cumsum(tl.load(la + (bh * L + row0) * DK + nxt * DK + offs_k[None, :], mask=mask, other=0.0),
                       axis=0, reverse=True)
         if PHASE:
-            last_re = _row(p_re, C - 1, offs_c)[None, :]
-            last_im = _row(p_im, C - 1, offs_c)[None, :]
-            return _decay(E, last_re * p_re + last_im * p_im, last_im * p_re - last_re * p_im, PHASE)
+            last = offs_c[:, None] == C - 1
+            last_re = tl.sum(tl.where(last, p_re, 0.0), axis=0)[None, :]
+            last_im = tl.sum(tl.where(last, p_im, 0.0), axis=0)[None, :]
+            return _decay(E, last_re * p_re + last_im * p_im, last_im * p_re - last_re * p_im, PHASE, CPLX)
         else:
-            return _decay(E, E, E, PHASE)
+            return _decay(E, None, None, PHASE, CPLX)
 
     @triton.jit
-    def _decay_from(lam, p_re, p_im, m, offs_c, PHASE: tl.constexpr):
-        """``exp(D[n, m])`` for every n (C, BK), zero for n < m. The magnitude from the segment sums
-        ``sum_{m<j<=n} log|a_j|``, summed afresh (a difference of cumulative sums would lose digits after a
-        near-reset); the phase as ``P_n conj(P_m)``, products of unit phasors, which lose none.
-        (Written without calls to other helpers: in the interpreter each call of a jitted function costs ~2 ms.)"""
-        D = tl.cumsum(tl.where(offs_c[:, None] > m, lam, 0.0), axis=0)
-        mag = tl.where(offs_c[:, None] >= m, tl.exp(D), 0.0)
-        if PHASE:
-            at_m = offs_c[:, None] == m
-            pm_re = tl.sum(tl.where(at_m, p_re, 0.0), axis=0)[None, :]
-            pm_im = tl.sum(tl.where(at_m, p_im, 0.0), axis=0)[None, :]
-            return mag * (p_re * pm_re + p_im * pm_im), mag * (p_im * pm_re - p_re * pm_im)
-        else:
-            return mag, tl.zeros_like(mag)
-
-    @triton.jit
-    def _chunk_matrix(re_ptr, im_ptr, chunk, offs_c, C: tl.constexpr):
+    def _chunk_matrix(re_ptr, im_ptr, chunk, offs_c, C: tl.constexpr, CPLX: tl.constexpr):
         """Chunk ``chunk``'s (C, C) matrix of a (BH * NT, C, C) plane pair."""
         p = chunk * C * C + offs_c[:, None] * C + offs_c[None, :]
-        return tl.load(re_ptr + p), tl.load(im_ptr + p)
+        if CPLX:
+            return tl.load(re_ptr + p), tl.load(im_ptr + p)
+        else:
+            return tl.load(re_ptr + p), None
 
     @triton.jit
-    def _intra_attention(q_re, q_im, k_re, k_im, lam, p_re, p_im, offs_c, C: tl.constexpr, PHASE: tl.constexpr):
-        """This key tile's share of ``A[n, m] = sum_d q_nd k_md exp(D[n, m, d])`` (C, C), built a column at a time."""
+    def _intra_attention(q_re, q_im, k_re, k_im, lam, p_re, p_im, offs_c, C: tl.constexpr, PHASE: tl.constexpr,
+                         CPLX: tl.constexpr):
+        """This key tile's share of ``A[n, m] = sum_d q_nd k_md exp(D[n, m, d])`` (C, C), built a column at a time.
+
+        Column ``m`` takes ``exp(D[n, m])`` for every n (C, BK), zero for n < m: the magnitude from the segment sums
+        ``sum_{m<j<=n} log|a_j|``, summed afresh (a difference of cumulative sums would lose digits after a
+        near-reset), the phase as ``P_n conj(P_m)``, products of unit phasors, which lose none. (Written inline here
+        and in :func:`chunk_dqk_kernel`: in the interpreter each call of a jitted function costs milliseconds.)"""
         A_re = tl.zeros((C, C), dtype=q_re.dtype)
-        A_im = tl.zeros((C, C), dtype=q_re.dtype)
+        if CPLX:
+            A_im = tl.zeros((C, C), dtype=q_re.dtype)
         for m in range(C):
-            w_re, w_im = _decay_from(lam, p_re, p_im, m, offs_c, PHASE)                 # (C, BK)
             at_m = offs_c[:, None] == m
-            km_re = tl.sum(tl.where(at_m, k_re, 0.0), axis=0)[None, :]    # k_m  (1, BK)
-            km_im = tl.sum(tl.where(at_m, k_im, 0.0), axis=0)[None, :]
-            x_re = km_re * w_re - km_im * w_im                            # k_m . exp(D[:, m])
-            x_im = km_re * w_im + km_im * w_re
-            col_re = tl.sum(q_re * x_re - q_im * x_im, axis=1)            # (C,)
-            col_im = tl.sum(q_re * x_im + q_im * x_re, axis=1)
             here = offs_c[None, :] == m
-            A_re += tl.where(here, col_re[:, None], 0.0)
-            A_im += tl.where(here, col_im[:, None], 0.0)
-        return A_re, A_im
+            D = tl.cumsum(tl.where(offs_c[:, None] > m, lam, 0.0), axis=0)             # D[:, m]  (C, BK)
+            w_re = tl.where(offs_c[:, None] >= m, tl.exp(D), 0.0)                      # exp(D[:, m])
+            if PHASE:
+                pm_re = tl.sum(tl.where(at_m, p_re, 0.0), axis=0)[None, :]             # P_m
+                pm_im = tl.sum(tl.where(at_m, p_im, 0.0), axis=0)[None, :]
+                w_re, w_im = w_re * (p_re * pm_re + p_im * pm_im), w_re * (p_im * pm_re - p_re * pm_im)
+            elif CPLX:
+                w_im = tl.zeros_like(w_re)
+            km_re = tl.sum(tl.where(at_m, k_re, 0.0), axis=0)[None, :]    # k_m  (1, BK)
+            if CPLX:
+                km_im = tl.sum(tl.where(at_m, k_im, 0.0), axis=0)[None, :]
+                x_re = km_re * w_re - km_im * w_im                        # k_m . exp(D[:, m])
+                x_im = km_re * w_im + km_im * w_re
+                col_re = tl.sum(q_re * x_re - q_im * x_im, axis=1)        # (C,)
+                col_im = tl.sum(q_re * x_im + q_im * x_re, axis=1)
+                A_re += tl.where(here, col_re[:, None], 0.0)
+                A_im += tl.where(here, col_im[:, None], 0.0)
+            else:
+                A_re += tl.where(here, tl.sum(q_re * (km_re * w_re), axis=1)[:, None], 0.0)
+        if CPLX:
+            return A_re, A_im
+        else:
+            return A_re, None
 
     @triton.jit
     def chunk_states_kernel(k_re, k_im, v_re, v_im, la, ph_re, ph_im, h0_re, h0_im, hs_re, hs_im, sL_re, sL_im,
                             L, DK, DV, NT,
                             C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-                            PHASE: tl.constexpr):
+                            PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
         """``S_in`` of every chunk into ``hs`` (BH, NT, DK, DV) and ``S_L`` into ``sL``;
-        grid (BH, key tiles, value tiles)."""
-        bh = tl.program_id(0)
+        grid (BH * key tiles * value tiles,)."""
+        kv, only_chunk, bh = _program(tl.cdiv(DK, BK) * tl.cdiv(DV, BV), 1)
         offs_c = tl.arange(0, C)
-        offs_k = tl.program_id(1) * BK + tl.arange(0, BK)
-        offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
-        p_s, m_s, S_re, S_im = _state_tile(h0_re, h0_im, bh * DK * DV, offs_k, offs_v, DK, DV)   # S_0 (BK, BV)
+        offs_k = (kv // tl.cdiv(DV, BV)) * BK + tl.arange(0, BK)
+        offs_v = (kv % tl.cdiv(DV, BV)) * BV + tl.arange(0, BV)
+        p_s, m_s, S_re, S_im = _state_tile(h0_re, h0_im, bh * DK * DV, offs_k, offs_v, DK, DV, CPLX)  # S_0 (BK, BV)
         for c in range(NT):
             tl.store(hs_re + (bh * NT + c) * DK * DV + p_s, S_re, mask=m_s)
-            tl.store(hs_im + (bh * NT + c) * DK * DV + p_s, S_im, mask=m_s)
-            rows = c * C + offs_c
-            kr, ki = _tile(k_re, k_im, bh * L * DK, rows, L, offs_k, DK)             # (C, BK)
-            vr, vi = _tile(v_re, v_im, bh * L * DV, rows, L, offs_v, DV)             # (C, BV)
+            if CPLX:
+                tl.store(hs_im + (bh * NT + c) * DK * DV + p_s, S_im, mask=m_s)
+            row0 = c * C
+            kr, ki = _tile(k_re, k_im, bh, row0, L, offs_c, offs_k, DK, CPLX)       # (C, BK)
+            vr, vi = _tile(v_re, v_im, bh, row0, L, offs_c, offs_v, DV, CPLX)       # (C, BV)
             lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
-                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE)
-            E_re, E_im = _to_end(la, bh, rows, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE)
-            ke_re = kr * E_re - ki * E_im                                             # k_m . exp(E_m)
-            ke_im = kr * E_im + ki * E_re
-            nr, ni = _cmm(tl.trans(ke_re), tl.trans(ke_im), vr, vi, DOT)              # (BK, BV)
-            S_re, S_im = (t_re[:, None] * S_re - t_im[:, None] * S_im + nr,
-                          t_re[:, None] * S_im + t_im[:, None] * S_re + ni)
+                la, ph_re, ph_im, bh, row0, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
+            E_re, E_im = _to_end(la, bh, row0, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE, CPLX)
+            ke_re, ke_im = _cmul(kr, ki, E_re, E_im, CPLX)                           # k_m . exp(E_m)
+            kt_re, kt_im = _trans(ke_re, ke_im, CPLX)
+            nr, ni = _cmm(kt_re, kt_im, vr, vi, DOT, PREC, CPLX)                           # (BK, BV)
+            if CPLX:
+                S_re, S_im = (t_re[:, None] * S_re - t_im[:, None] * S_im + nr,
+                              t_re[:, None] * S_im + t_im[:, None] * S_re + ni)
+            else:
+                S_re = t_re[:, None] * S_re + nr
         tl.store(sL_re + bh * DK * DV + p_s, S_re, mask=m_s)
-        tl.store(sL_im + bh * DK * DV + p_s, S_im, mask=m_s)
+        if CPLX:
+            tl.store(sL_im + bh * DK * DV + p_s, S_im, mask=m_s)
 
     @triton.jit
     def chunk_attention_kernel(q_re, q_im, k_re, k_im, la, ph_re, ph_im, A_re, A_im,
-                               L, DK, NT, C: tl.constexpr, BK: tl.constexpr, PHASE: tl.constexpr):
+                               L, DK, NT, C: tl.constexpr, BK: tl.constexpr, PHASE: tl.constexpr,
+                               CPLX: tl.constexpr):
         """The intra-chunk attention ``A`` (C, C) of one chunk, summed over the key tiles, into ``A`` (BH, NT, C, C);
-        grid (BH, NT)."""
-        bh, c = tl.program_id(0), tl.program_id(1)
+        grid (BH * NT,)."""
+        only_tile, c, bh = _program(1, NT)
         offs_c = tl.arange(0, C)
-        rows = c * C + offs_c
+        row0 = c * C
         acc_re = tl.zeros((C, C), dtype=q_re.dtype.element_ty)
-        acc_im = tl.zeros((C, C), dtype=q_re.dtype.element_ty)
+        if CPLX:
+            acc_im = tl.zeros((C, C), dtype=q_re.dtype.element_ty)
         for kt in range(tl.cdiv(DK, BK)):
             offs_k = kt * BK + tl.arange(0, BK)
-            qr, qi = _tile(q_re, q_im, bh * L * DK, rows, L, offs_k, DK)
-            kr, ki = _tile(k_re, k_im, bh * L * DK, rows, L, offs_k, DK)
+            qr, qi = _tile(q_re, q_im, bh, row0, L, offs_c, offs_k, DK, CPLX)
+            kr, ki = _tile(k_re, k_im, bh, row0, L, offs_c, offs_k, DK, CPLX)
             lam, p_re, p_im, _, _, _, _ = _from_start(
-                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE)
-            a_re, a_im = _intra_attention(qr, qi, kr, ki, lam, p_re, p_im, offs_c, C, PHASE)
+                la, ph_re, ph_im, bh, row0, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
+            a_re, a_im = _intra_attention(qr, qi, kr, ki, lam, p_re, p_im, offs_c, C, PHASE, CPLX)
             acc_re += a_re
-            acc_im += a_im
+            if CPLX:
+                acc_im += a_im
         p = (bh * NT + c) * C * C + offs_c[:, None] * C + offs_c[None, :]
         tl.store(A_re + p, acc_re)
-        tl.store(A_im + p, acc_im)
+        if CPLX:
+            tl.store(A_im + p, acc_im)
 
     @triton.jit
     def chunk_output_kernel(q_re, q_im, v_re, v_im, la, ph_re, ph_im, hs_re, hs_im, A_re, A_im, y_re, y_im,
                             L, DK, DV, NT,
                             C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-                            PHASE: tl.constexpr):
-        """``y`` of one chunk and value tile; grid (BH, NT, value tiles)."""
-        bh, c = tl.program_id(0), tl.program_id(1)
+                            PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
+        """``y`` of one chunk and value tile; grid (BH * NT * value tiles,)."""
+        vt, c, bh = _program(tl.cdiv(DV, BV), NT)
         offs_c = tl.arange(0, C)
-        offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
-        rows = c * C + offs_c
-        vr, vi = _tile(v_re, v_im, bh * L * DV, rows, L, offs_v, DV)
-        a_re, a_im = _chunk_matrix(A_re, A_im, bh * NT + c, offs_c, C)
-        yr, yi = _cmm(a_re, a_im, vr, vi, DOT)                                            # A v  (C, BV)
+        offs_v = vt * BV + tl.arange(0, BV)
+        row0 = c * C
+        state = (bh * NT + c) * DK * DV
+        vr, vi = _tile(v_re, v_im, bh, row0, L, offs_c, offs_v, DV, CPLX)
+        a_re, a_im = _chunk_matrix(A_re, A_im, bh * NT + c, offs_c, C, CPLX)
+        yr, yi = _cmm(a_re, a_im, vr, vi, DOT, PREC, CPLX)                                      # A v  (C, BV)
         for kt in range(tl.cdiv(DK, BK)):
             offs_k = kt * BK + tl.arange(0, BK)
-            qr, qi = _tile(q_re, q_im, bh * L * DK, rows, L, offs_k, DK)
+            qr, qi = _tile(q_re, q_im, bh, row0, L, offs_c, offs_k, DK, CPLX)
             lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
-                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE)
-            _, _, S_re, S_im = _state_tile(hs_re, hs_im, (bh * NT + c) * DK * DV, offs_k, offs_v, DK, DV)
-            ur, ui = _cmm(qr * e_re - qi * e_im, qr * e_im + qi * e_re, S_re, S_im, DOT)   # (q . exp(g)) S_in
+                la, ph_re, ph_im, bh, row0, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
+            _, _, S_re, S_im = _state_tile(hs_re, hs_im, state, offs_k, offs_v, DK, DV, CPLX)
+            qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)                                # q . exp(g)
+            ur, ui = _cmm(qe_re, qe_im, S_re, S_im, DOT, PREC, CPLX)                            # (q . exp(g)) S_in
             yr += ur
-            yi += ui
-        _store_tile(y_re, y_im, bh * L * DV, rows, L, offs_v, DV, yr, yi)
+            if CPLX:
+                yi += ui
+        _store_tile(y_re, y_im, bh, row0, L, offs_c, offs_v, DV, yr, yi, CPLX)
 
     @triton.jit
     def chunk_adjoint_kernel(q_re, q_im, la, ph_re, ph_im, g_re, g_im, gS_re, gS_im, dhs_re, dhs_im, dh0_re, dh0_im,
                              L, DK, DV, NT,
                              C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-                             PHASE: tl.constexpr):
+                             PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
         """``dS_out`` of every chunk into ``dhs`` (from ``dL/dS_L``, backwards) and ``dL/dh0``;
-        grid (BH, key tiles, value tiles)."""
-        bh = tl.program_id(0)
+        grid (BH * key tiles * value tiles,)."""
+        kv, only_chunk, bh = _program(tl.cdiv(DK, BK) * tl.cdiv(DV, BV), 1)
         offs_c = tl.arange(0, C)
-        offs_k = tl.program_id(1) * BK + tl.arange(0, BK)
-        offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
-        p_s, m_s, dS_re, dS_im = _state_tile(gS_re, gS_im, bh * DK * DV, offs_k, offs_v, DK, DV)
+        offs_k = (kv // tl.cdiv(DV, BV)) * BK + tl.arange(0, BK)
+        offs_v = (kv % tl.cdiv(DV, BV)) * BV + tl.arange(0, BV)
+        p_s, m_s, dS_re, dS_im = _state_tile(gS_re, gS_im, bh * DK * DV, offs_k, offs_v, DK, DV, CPLX)
         for i in range(NT):
             c = NT - 1 - i
             tl.store(dhs_re + (bh * NT + c) * DK * DV + p_s, dS_re, mask=m_s)
-            tl.store(dhs_im + (bh * NT + c) * DK * DV + p_s, dS_im, mask=m_s)
-            rows = c * C + offs_c
-            qr, qi = _tile(q_re, q_im, bh * L * DK, rows, L, offs_k, DK)
-            gr, gi = _tile(g_re, g_im, bh * L * DV, rows, L, offs_v, DV)             # G = dL/dy  (C, BV)
+            if CPLX:
+                tl.store(dhs_im + (bh * NT + c) * DK * DV + p_s, dS_im, mask=m_s)
+            row0 = c * C
+            qr, qi = _tile(q_re, q_im, bh, row0, L, offs_c, offs_k, DK, CPLX)
+            gr, gi = _tile(g_re, g_im, bh, row0, L, offs_c, offs_v, DV, CPLX)     # G = dL/dy  (C, BV)
             lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
-                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE)
-            qe_re = qr * e_re - qi * e_im
-            qe_im = qr * e_im + qi * e_re
-            ar, ai = _cmm(tl.trans(qe_re), -tl.trans(qe_im), gr, gi, DOT)            # (q . exp(g))^H G
-            dS_re, dS_im = (t_re[:, None] * dS_re + t_im[:, None] * dS_im + ar,
-                            t_re[:, None] * dS_im - t_im[:, None] * dS_re + ai)
+                la, ph_re, ph_im, bh, row0, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
+            qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)
+            qh_re, qh_im = _conj(qe_re, qe_im, True, CPLX)
+            ar, ai = _cmm(qh_re, qh_im, gr, gi, DOT, PREC, CPLX)                         # (q . exp(g))^H G
+            if CPLX:
+                dS_re, dS_im = (t_re[:, None] * dS_re + t_im[:, None] * dS_im + ar,
+                                t_re[:, None] * dS_im - t_im[:, None] * dS_re + ai)
+            else:
+                dS_re = t_re[:, None] * dS_re + ar
         tl.store(dh0_re + bh * DK * DV + p_s, dS_re, mask=m_s)
-        tl.store(dh0_im + bh * DK * DV + p_s, dS_im, mask=m_s)
+        if CPLX:
+            tl.store(dh0_im + bh * DK * DV + p_s, dS_im, mask=m_s)
 
     @triton.jit
     def chunk_dqk_kernel(q_re, q_im, k_re, k_im, v_re, v_im, la, ph_re, ph_im, g_re, g_im, hs_re, hs_im, dhs_re, dhs_im,
                          dq_re, dq_im, dk_re, dk_im, dl_re, dl_im,
                          L, DK, DV, NT,
                          C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-                         PHASE: tl.constexpr):
-        """``dq``, ``dk`` and ``dL/dlog a`` of one chunk and key tile; grid (BH, NT, key tiles)."""
-        bh, c = tl.program_id(0), tl.program_id(1)
+                         PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
+        """``dq``, ``dk`` and ``dL/dlog a`` of one chunk and key tile; grid (BH * NT * key tiles,)."""
+        kt, c, bh = _program(tl.cdiv(DK, BK), NT)
         offs_c = tl.arange(0, C)
-        offs_k = tl.program_id(2) * BK + tl.arange(0, BK)
-        rows = c * C + offs_c
-        base_k = bh * L * DK
+        offs_k = kt * BK + tl.arange(0, BK)
+        row0 = c * C
         state = (bh * NT + c) * DK * DV
         zero_ck = tl.zeros((C, BK), dtype=q_re.dtype.element_ty)
         P_re = tl.zeros((C, C), dtype=q_re.dtype.element_ty)      # P = G v^H
-        P_im = tl.zeros((C, C), dtype=q_re.dtype.element_ty)
-        GS_re, GS_im = zero_ck, zero_ck                            # G S_in^H           (C, BK)
-        W_re, W_im = zero_ck, zero_ck                              # conj(v) dS_out^T   (C, BK)
+        GS_re = zero_ck                                            # G S_in^H           (C, BK)
+        W_re = zero_ck                                             # conj(v) dS_out^T   (C, BK)
         o_re = tl.zeros((BK,), dtype=q_re.dtype.element_ty)        # sum_e dS_out conj(S_in)
-        o_im = tl.zeros((BK,), dtype=q_re.dtype.element_ty)
+        if CPLX:
+            P_im = tl.zeros((C, C), dtype=q_re.dtype.element_ty)
+            GS_im, W_im = zero_ck, zero_ck
+            o_im = tl.zeros((BK,), dtype=q_re.dtype.element_ty)
         for vt in range(tl.cdiv(DV, BV)):
             offs_v = vt * BV + tl.arange(0, BV)
-            vr, vi = _tile(v_re, v_im, bh * L * DV, rows, L, offs_v, DV)             # (C, BV)
-            gr, gi = _tile(g_re, g_im, bh * L * DV, rows, L, offs_v, DV)
-            _, _, S_re, S_im = _state_tile(hs_re, hs_im, state, offs_k, offs_v, DK, DV)       # (BK, BV)
-            _, _, dS_re, dS_im = _state_tile(dhs_re, dhs_im, state, offs_k, offs_v, DK, DV)
-            pr, pi = _cmm(gr, gi, tl.trans(vr), -tl.trans(vi), DOT)
+            vr, vi = _tile(v_re, v_im, bh, row0, L, offs_c, offs_v, DV, CPLX)     # (C, BV)
+            gr, gi = _tile(g_re, g_im, bh, row0, L, offs_c, offs_v, DV, CPLX)
+            _, _, S_re, S_im = _state_tile(hs_re, hs_im, state, offs_k, offs_v, DK, DV, CPLX)      # (BK, BV)
+            _, _, dS_re, dS_im = _state_tile(dhs_re, dhs_im, state, offs_k, offs_v, DK, DV, CPLX)
+            vh_re, vh_im = _conj(vr, vi, True, CPLX)
+            Sh_re, Sh_im = _conj(S_re, S_im, True, CPLX)
+            vc_re, vc_im = _conj(vr, vi, False, CPLX)
+            dSt_re, dSt_im = _trans(dS_re, dS_im, CPLX)
+            pr, pi = _cmm(gr, gi, vh_re, vh_im, DOT, PREC, CPLX)
+            hr, hi = _cmm(gr, gi, Sh_re, Sh_im, DOT, PREC, CPLX)
+            wr, wi = _cmm(vc_re, vc_im, dSt_re, dSt_im, DOT, PREC, CPLX)
+            or_, oi = _cmulc(S_re, S_im, dS_re, dS_im, CPLX)
             P_re += pr
-            P_im += pi
-            hr, hi = _cmm(gr, gi, tl.trans(S_re), -tl.trans(S_im), DOT)
             GS_re += hr
-            GS_im += hi
-            wr, wi = _cmm(vr, -vi, tl.trans(dS_re), tl.trans(dS_im), DOT)
             W_re += wr
-            W_im += wi
-            o_re += tl.sum(dS_re * S_re + dS_im * S_im, axis=1)
-            o_im += tl.sum(dS_im * S_re - dS_re * S_im, axis=1)
-        qr, qi = _tile(q_re, q_im, base_k, rows, L, offs_k, DK)                       # (C, BK)
-        kr, ki = _tile(k_re, k_im, base_k, rows, L, offs_k, DK)
+            o_re += tl.sum(or_, axis=1)
+            if CPLX:
+                P_im += pi
+                GS_im += hi
+                W_im += wi
+                o_im += tl.sum(oi, axis=1)
+        if not CPLX:
+            P_im, GS_im, W_im, o_im = None, None, None, None
+        qr, qi = _tile(q_re, q_im, bh, row0, L, offs_c, offs_k, DK, CPLX)                 # (C, BK)
+        kr, ki = _tile(k_re, k_im, bh, row0, L, offs_c, offs_k, DK, CPLX)
         lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
-                la, ph_re, ph_im, bh, rows, L, NT, offs_c, offs_k, DK, C, PHASE)
-        E_re, E_im = _to_end(la, bh, rows, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE)
+                la, ph_re, ph_im, bh, row0, L, NT, offs_c, offs_k, DK, C, PHASE, CPLX)
+        E_re, E_im = _to_end(la, bh, row0, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE, CPLX)
         # the state parts: dq = conj(exp(g)) . (G S_in^H), dk = conj(exp(E)) . W
-        dqr = e_re * GS_re + e_im * GS_im
-        dqi = e_re * GS_im - e_im * GS_re
-        dkr = E_re * W_re + E_im * W_im
-        dki = E_re * W_im - E_im * W_re
+        dqr, dqi = _cmulc(e_re, e_im, GS_re, GS_im, CPLX)
+        dkr, dki = _cmulc(E_re, E_im, W_re, W_im, CPLX)
         # dlog a_j, path (2): sum_{n >= j} conj(q_n . exp(g_n)) . (G_n S_in^H)
-        qe_re = qr * e_re - qi * e_im
-        qe_im = qr * e_im + qi * e_re
-        dlr = tl.cumsum(qe_re * GS_re + qe_im * GS_im, axis=0, reverse=True)
-        dli = tl.cumsum(qe_re * GS_im - qe_im * GS_re, axis=0, reverse=True)
+        qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)
+        s_re, s_im = _cmulc(qe_re, qe_im, GS_re, GS_im, CPLX)
         # path (4): conj(exp(g_last)) . sum_e dS_out conj(S_in), the same for every j
-        dlr += (t_re * o_re + t_im * o_im)[None, :]
-        dli += (t_re * o_im - t_im * o_re)[None, :]
+        u_re, u_im = _cmulc(t_re, t_im, o_re, o_im, CPLX)
+        dlr = tl.cumsum(s_re, axis=0, reverse=True) + u_re[None, :]
+        if CPLX:
+            dli = tl.cumsum(s_im, axis=0, reverse=True) + u_im[None, :]
         # path (3) needs V_m = conj(k_m . exp(E_m)) . W_m, summed over m < j
-        ke_re = kr * E_re - ki * E_im
-        ke_im = kr * E_im + ki * E_re
-        V_re = ke_re * W_re + ke_im * W_im
-        V_im = ke_re * W_im - ke_im * W_re
+        ke_re, ke_im = _cmul(kr, ki, E_re, E_im, CPLX)
+        V_re, V_im = _cmulc(ke_re, ke_im, W_re, W_im, CPLX)
         for m in range(C):
-            w_re, w_im = _decay_from(lam, p_re, p_im, m, offs_c, PHASE)                # exp(D[:, m])  (C, BK)
             col_m = offs_c[None, :] == m
-            pm_re = tl.sum(tl.where(col_m, P_re, 0.0), axis=1)[:, None]              # P[:, m]  (C, 1)
-            pm_im = tl.sum(tl.where(col_m, P_im, 0.0), axis=1)[:, None]
             here = offs_c[:, None] == m
-            km_re = tl.sum(tl.where(here, kr, 0.0), axis=0)[None, :]                 # k_m  (1, BK)
-            km_im = tl.sum(tl.where(here, ki, 0.0), axis=0)[None, :]
-            # dq_n += conj(k_m . exp(D[n, m])) P[n, m]
-            x_re = km_re * w_re - km_im * w_im
-            x_im = km_re * w_im + km_im * w_re
-            dqr += x_re * pm_re + x_im * pm_im
-            dqi += x_re * pm_im - x_im * pm_re
-            # dk_m += sum_n conj(q_n . exp(D[n, m])) P[n, m]
-            y_re = qr * w_re - qi * w_im
-            y_im = qr * w_im + qi * w_re
-            dkr += tl.where(here, tl.sum(y_re * pm_re + y_im * pm_im, axis=0)[None, :], 0.0)
-            dki += tl.where(here, tl.sum(y_re * pm_im - y_im * pm_re, axis=0)[None, :], 0.0)
-            # path (1): T_n = conj(q_n k_m exp(D[n, m])) P[n, m]; dlog a_j += sum_{n >= j} T_n for j > m
-            z_re = y_re * km_re - y_im * km_im
-            z_im = y_re * km_im + y_im * km_re
             after = offs_c[:, None] > m
-            dlr += tl.where(after, tl.cumsum(z_re * pm_re + z_im * pm_im, axis=0, reverse=True), 0.0)
-            dli += tl.where(after, tl.cumsum(z_re * pm_im - z_im * pm_re, axis=0, reverse=True), 0.0)
-            # path (3): dlog a_j += V_m for j > m
-            dlr += tl.where(after, tl.sum(tl.where(here, V_re, 0.0), axis=0)[None, :], 0.0)
-            dli += tl.where(after, tl.sum(tl.where(here, V_im, 0.0), axis=0)[None, :], 0.0)
-        _store_tile(dq_re, dq_im, base_k, rows, L, offs_k, DK, dqr, dqi)
-        _store_tile(dk_re, dk_im, base_k, rows, L, offs_k, DK, dkr, dki)
-        _store_tile(dl_re, dl_im, base_k, rows, L, offs_k, DK, dlr, dli)
+            w_re = tl.where(offs_c[:, None] >= m, tl.exp(tl.cumsum(tl.where(after, lam, 0.0), axis=0)), 0.0)
+            if PHASE:                                                                # exp(D[:, m])  (C, BK), as in
+                pw_re = tl.sum(tl.where(here, p_re, 0.0), axis=0)[None, :]           # _intra_attention
+                pw_im = tl.sum(tl.where(here, p_im, 0.0), axis=0)[None, :]
+                w_re, w_im = w_re * (p_re * pw_re + p_im * pw_im), w_re * (p_im * pw_re - p_re * pw_im)
+            elif CPLX:
+                w_im = tl.zeros_like(w_re)
+            pm_re = tl.sum(tl.where(col_m, P_re, 0.0), axis=1)[:, None]              # P[:, m]  (C, 1)
+            km_re = tl.sum(tl.where(here, kr, 0.0), axis=0)[None, :]                 # k_m  (1, BK)
+            if CPLX:
+                pm_im = tl.sum(tl.where(col_m, P_im, 0.0), axis=1)[:, None]
+                km_im = tl.sum(tl.where(here, ki, 0.0), axis=0)[None, :]
+                # dq_n += conj(k_m . exp(D[n, m])) P[n, m]
+                x_re = km_re * w_re - km_im * w_im
+                x_im = km_re * w_im + km_im * w_re
+                dqr += x_re * pm_re + x_im * pm_im
+                dqi += x_re * pm_im - x_im * pm_re
+                # dk_m += sum_n conj(q_n . exp(D[n, m])) P[n, m]
+                y_re = qr * w_re - qi * w_im
+                y_im = qr * w_im + qi * w_re
+                dkr += tl.where(here, tl.sum(y_re * pm_re + y_im * pm_im, axis=0)[None, :], 0.0)
+                dki += tl.where(here, tl.sum(y_re * pm_im - y_im * pm_re, axis=0)[None, :], 0.0)
+                # path (1): T_n = conj(q_n k_m exp(D[n, m])) P[n, m]; dlog a_j += sum_{n >= j} T_n for j > m
+                z_re = y_re * km_re - y_im * km_im
+                z_im = y_re * km_im + y_im * km_re
+                # path (3): dlog a_j += V_m for j > m
+                dlr += tl.where(after, tl.cumsum(z_re * pm_re + z_im * pm_im, axis=0, reverse=True)
+                                + tl.sum(tl.where(here, V_re, 0.0), axis=0)[None, :], 0.0)
+                dli += tl.where(after, tl.cumsum(z_re * pm_im - z_im * pm_re, axis=0, reverse=True)
+                                + tl.sum(tl.where(here, V_im, 0.0), axis=0)[None, :], 0.0)
+            else:
+                dqr += km_re * w_re * pm_re                                          # dq_n += k_m exp(D[n, m]) P[n, m]
+                yp = qr * w_re * pm_re                                               # q_n exp(D[n, m]) P[n, m]
+                dkr += tl.where(here, tl.sum(yp, axis=0)[None, :], 0.0)
+                # paths (1) and (3), as above
+                dlr += tl.where(after, tl.cumsum(yp * km_re, axis=0, reverse=True)
+                                + tl.sum(tl.where(here, V_re, 0.0), axis=0)[None, :], 0.0)
+        if not CPLX:
+            dli = None
+        _store_tile(dq_re, dq_im, bh, row0, L, offs_c, offs_k, DK, dqr, dqi, CPLX)
+        _store_tile(dk_re, dk_im, bh, row0, L, offs_c, offs_k, DK, dkr, dki, CPLX)
+        _store_tile(dl_re, dl_im, bh, row0, L, offs_c, offs_k, DK, dlr, dli, CPLX)
 
     @triton.jit
     def chunk_dv_kernel(k_re, k_im, la, ph_re, ph_im, g_re, g_im, dhs_re, dhs_im, A_re, A_im, dv_re, dv_im,
                         L, DK, DV, NT,
                         C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-                        PHASE: tl.constexpr):
-        """``dv`` of one chunk and value tile; grid (BH, NT, value tiles)."""
-        bh, c = tl.program_id(0), tl.program_id(1)
+                        PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
+        """``dv`` of one chunk and value tile; grid (BH * NT * value tiles,)."""
+        vt, c, bh = _program(tl.cdiv(DV, BV), NT)
         offs_c = tl.arange(0, C)
-        offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
-        rows = c * C + offs_c
-        base_k = bh * L * DK
-        gr, gi = _tile(g_re, g_im, bh * L * DV, rows, L, offs_v, DV)
-        a_re, a_im = _chunk_matrix(A_re, A_im, bh * NT + c, offs_c, C)
-        xr, xi = _cmm(tl.trans(a_re), -tl.trans(a_im), gr, gi, DOT)                     # A^H G  (C, BV)
+        offs_v = vt * BV + tl.arange(0, BV)
+        row0 = c * C
+        gr, gi = _tile(g_re, g_im, bh, row0, L, offs_c, offs_v, DV, CPLX)
+        a_re, a_im = _chunk_matrix(A_re, A_im, bh * NT + c, offs_c, C, CPLX)
+        ah_re, ah_im = _conj(a_re, a_im, True, CPLX)
+        xr, xi = _cmm(ah_re, ah_im, gr, gi, DOT, PREC, CPLX)                                  # A^H G  (C, BV)
         for kt in range(tl.cdiv(DK, BK)):
             offs_k = kt * BK + tl.arange(0, BK)
-            kr, ki = _tile(k_re, k_im, base_k, rows, L, offs_k, DK)
-            _, p_re, p_im = _transitions(la, ph_re, ph_im, bh * DK, rows, L, NT, offs_k, DK, C, PHASE)
-            E_re, E_im = _to_end(la, bh, rows, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE)
-            _, _, dS_re, dS_im = _state_tile(dhs_re, dhs_im, (bh * NT + c) * DK * DV, offs_k, offs_v, DK, DV)
-            ke_re = kr * E_re - ki * E_im
-            ke_im = kr * E_im + ki * E_re
-            ur, ui = _cmm(ke_re, -ke_im, dS_re, dS_im, DOT)                           # conj(k . exp(E)) dS_out
+            kr, ki = _tile(k_re, k_im, bh, row0, L, offs_c, offs_k, DK, CPLX)
+            _, p_re, p_im = _transitions(la, ph_re, ph_im, bh, row0, L, NT, offs_c, offs_k, DK, C, PHASE)
+            E_re, E_im = _to_end(la, bh, row0, L, offs_c, offs_k, DK, p_re, p_im, C, PHASE, CPLX)
+            _, _, dS_re, dS_im = _state_tile(dhs_re, dhs_im, (bh * NT + c) * DK * DV, offs_k, offs_v, DK, DV, CPLX)
+            ke_re, ke_im = _cmul(kr, ki, E_re, E_im, CPLX)
+            kc_re, kc_im = _conj(ke_re, ke_im, False, CPLX)
+            ur, ui = _cmm(kc_re, kc_im, dS_re, dS_im, DOT, PREC, CPLX)                       # conj(k . exp(E)) dS_out
             xr += ur
-            xi += ui
-        _store_tile(dv_re, dv_im, bh * L * DV, rows, L, offs_v, DV, xr, xi)
+            if CPLX:
+                xi += ui
+        _store_tile(dv_re, dv_im, bh, row0, L, offs_c, offs_v, DV, xr, xi, CPLX)
 
 
 def gateloop_blocks(dk: int, dv: int) -> tuple[int, int, bool]:
@@ -450,12 +614,60 @@ def gateloop_blocks(dk: int, dv: int) -> tuple[int, int, bool]:
 
 
 def gateloop_warps(kernel: str, dot: bool) -> int:
-    """The warps ``kernel`` launches with: 8 for the two kernels that hold the most tiles of 16 at once
-    (:func:`chunk_output_kernel`, :func:`chunk_dv_kernel`) when they multiply with ``tl.dot``, else Triton's
-    default 4. At 4 warps Triton 3.7 (the version torch 2.13 requires) compiles them for sm_90 into 96
-    registers and ``ptxas -v`` reports 4-8 bytes of spills; at 8 warps, 72-98 registers and none
-    (``tests/ops/test_triton_spills.py`` compiles every kernel with the warps given here)."""
-    return 8 if dot and kernel in ("chunk_output_kernel", "chunk_dv_kernel") else 4
+    """The warps ``kernel`` launches with at chunks and tiles of 16: 8 for :func:`chunk_dv_kernel` when it multiplies
+    with ``tl.dot``, else Triton's default 4. At 4 warps Triton 3.7 (the version torch 2.13 requires) compiles the
+    dv kernel for sm_90 with 4-8 bytes of spills, at 8 none; the output kernel, at 8 warps, spills 8 bytes on sm_90
+    at ``"tf32x3"`` and none at 4 (``tests/ops/test_triton_spills.py`` compiles every kernel with the warps given
+    here)."""
+    return 8 if dot and kernel == "chunk_dv_kernel" else 4
+
+
+def _on_tensor_cores(dk: int, dv: int, precision: str, cplx: bool) -> bool:
+    """Whether a head runs in chunks of :data:`CHUNK_TENSOR_CORES` with key / value tiles of 32-64: real inputs
+    (one product a tile) of heads of 16 and more at precision ``"tf32"`` or ``"bf16"``, whose MMAs read their
+    operands from shared memory. Everything else keeps chunks and tiles of 16: a full-precision ``tl.dot`` is a
+    loop of FMAs over operands held in registers (tiles of 32 spill); ``"tf32x3"`` (three MMAs and the operands'
+    split) spills at chunks of 64 in four kernels, and complex inputs (four products a tile) in the adjoint kernel
+    (``ptxas -v``, sm_90, Triton 3.7)."""
+    return not cplx and precision in ("tf32", "bf16") and min(dk, dv) >= CHUNK
+
+
+def gateloop_chunk(dk: int, dv: int, precision: str = "ieee", cplx: bool = True) -> int:
+    """The steps a chunk: :data:`CHUNK_TENSOR_CORES` on tensor cores (see ``_on_tensor_cores``), else :data:`CHUNK`."""
+    return CHUNK_TENSOR_CORES if _on_tensor_cores(dk, dv, precision, cplx) else CHUNK
+
+
+# On tensor cores (chunks of 64): (BK, BV, warps) a kernel may run with, every one without spills for sm_80 and
+# sm_90 at "tf32" and "bf16" (ptxas -v, Triton 3.7). Tiles of 64 spill in the kernels that hold a state tile and
+# more (states, adjoint, dq/dk, dv: 8-372 bytes on sm_80), 16 warps cap a thread at 128 registers (spills too),
+# the output kernel's tiles of 32 want 4 warps (4-12 bytes at 8 on sm_80), and the dq/dk kernel, which holds the
+# most (C, BK) tiles, loops over value tiles of 16 (16-20 bytes at 32 on sm_80).
+_TENSOR_CORE_CONFIGS = {
+    "chunk_states_kernel": ((32, 32, 8),),
+    "chunk_attention_kernel": ((32, None, 8), (64, None, 8)),
+    "chunk_output_kernel": ((32, 32, 4), (64, 64, 8)),
+    "chunk_adjoint_kernel": ((32, 32, 8),),
+    "chunk_dqk_kernel": ((32, 16, 8),),
+    "chunk_dv_kernel": ((32, 32, 8),),
+}
+
+
+def gateloop_configs(kernel: str, dk: int, dv: int, precision: str = "ieee", cplx: bool = True) -> list[dict]:
+    """The launch configurations ``kernel`` may run with on a head of ``dk x dv``: dicts of ``BK``, ``BV`` (none for
+    :func:`chunk_attention_kernel`, which has no value tile) and ``num_warps``. On tensor cores (chunks of 64), key /
+    value tiles of 32 and 64 (``_TENSOR_CORE_CONFIGS``; 64 only for heads of more than 32), among which
+    ``triton.autotune`` picks by timing them where there are several (the first alone under the interpreter); else
+    one: :func:`gateloop_blocks` at :func:`gateloop_warps`. ``tests/ops/test_triton_spills.py`` compiles every one of
+    them for sm_80 and sm_90 and finds no spills."""
+    if _on_tensor_cores(dk, dv, precision, cplx):
+        configs = [dict(BK=bk, BV=bv, num_warps=w) for bk, bv, w in _TENSOR_CORE_CONFIGS[kernel]
+                   if bk <= max(32, dk, dv)]
+    else:
+        BK, BV, DOT = gateloop_blocks(dk, dv)
+        configs = [dict(BK=BK, BV=BV, num_warps=gateloop_warps(kernel, DOT))]
+    if kernel == "chunk_attention_kernel":
+        configs = [dict(BK=c["BK"], num_warps=c["num_warps"]) for c in configs]
+    return configs
 
 
 def _real_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -469,56 +681,101 @@ def _planes(t: torch.Tensor, real: torch.dtype):
     return t.real.contiguous(), t.imag.contiguous()
 
 
-def _phasor_products(ph: torch.Tensor, NT: int):
+def _phasor_products(ph: torch.Tensor, NT: int, C: int = CHUNK):
     """``P_n = prod_{j <= n in its chunk} exp(i ph_j)`` ``(BH, NT * C, DK)`` as (re, im) planes: the phases'
     products from each chunk's start, by ``cumprod`` over unit phasors (padded with 1 to whole chunks). The
     kernels take every phase they need from these as ``P_n conj(P_m)``: no sine or cosine runs on the GPU
     (whose slow path for large arguments needs local memory), and unit phasors lose no digits in products."""
     BH, L, DK = ph.shape
     u = torch.polar(torch.ones_like(ph), ph)
-    u = torch.cat([u, u.new_ones(BH, NT * CHUNK - L, DK)], dim=1).reshape(BH, NT, CHUNK, DK)
-    P = torch.cumprod(u, dim=2).reshape(BH, NT * CHUNK, DK)
+    u = torch.cat([u, u.new_ones(BH, NT * C - L, DK)], dim=1).reshape(BH, NT, C, DK)
+    P = torch.cumprod(u, dim=2).reshape(BH, NT * C, DK)
     return P.real.contiguous(), P.imag.contiguous()
+
+
+def _check_precision(precision, real: torch.dtype) -> None:
+    """``precision`` is one of :data:`PRECISIONS`, and ``"ieee"`` for float64 work."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if real == torch.float64 and precision != "ieee":
+        raise ValueError(f"precision={precision!r} is for float32 work: float64 / complex128 inputs always "
+                         "multiply in full float64 precision ('ieee')")
+
+
+@functools.lru_cache(maxsize=None)
+def _autotuned(kernel: str, configs: tuple):
+    """``kernel`` under ``triton.autotune`` over ``configs`` (tuples of ``(name, value)`` pairs), timed once per head
+    size, input kind and precision. The kernels only write their outputs, so the timing runs change nothing."""
+    tuned = [triton.Config({k: v for k, v in c if k != "num_warps"}, num_warps=dict(c)["num_warps"])
+             for c in configs]
+    return triton.autotune(configs=tuned, key=["DK", "DV", "PHASE", "CPLX", "PREC"])(globals()[kernel])
 
 
 class _Launch:
     """One head layout's kernel launches: sizes, blocks, and the transitions ``la = log|a|`` with their
     phasors ``(cos arg a, sin arg a)`` (none when every ``a`` is real and positive)."""
 
-    def __init__(self, BH, L, DK, DV, la, ph):
+    def __init__(self, BH, L, DK, DV, la, ph, cplx, precision):
         self.BH, self.L, self.DK, self.DV = BH, L, DK, DV
-        self.NT = triton.cdiv(L, CHUNK)
-        self.BK, self.BV, self.DOT = gateloop_blocks(DK, DV)
+        self.cplx = cplx or ph is not None        # complex arithmetic; real inputs run on real planes only
+        self.precision = precision
+        self.C = gateloop_chunk(DK, DV, precision, self.cplx)
+        self.NT = triton.cdiv(L, self.C)
+        self.DOT = gateloop_blocks(DK, DV)[2]
         self.phase = ph is not None
-        self.a = (la, *_phasor_products(ph, self.NT)) if self.phase else (la, la, la)   # phasors unread if not
+        self.a = (la, *_phasor_products(ph, self.NT, self.C)) if self.phase else (la, la, la)   # unread if not
         self.sizes = (L, DK, DV, self.NT)
-        self.consts = dict(C=CHUNK, BK=self.BK, BV=self.BV, DOT=self.DOT, PHASE=self.phase)
+        self.consts = dict(C=self.C, DOT=self.DOT, PHASE=self.phase, CPLX=self.cplx, PREC=precision)
 
-    def grid(self, *tiles):
-        return (self.BH, *tiles)
+    def planes(self, t, real):
+        """``t`` as the kernels read it: (real plane, imaginary plane), or (real, real) on the real path, whose
+        kernels never read the second."""
+        if self.cplx:
+            return _planes(t, real)
+        t = t.to(real).contiguous()
+        return t, t
 
-    def warps(self, kernel: str) -> int:
-        return gateloop_warps(kernel, self.DOT)
+    def empty(self, like, *shape):
+        """An output's planes: two, or one on the real path (whose kernels never write a second)."""
+        re = like.new_empty(*shape)
+        return [re, like.new_empty(*shape) if self.cplx else re]
 
-    def key_tiles(self):
-        return triton.cdiv(self.DK, self.BK)
+    def out(self, planes):
+        """A result's planes as one tensor: complex, or the real plane on the real path."""
+        return torch.complex(*planes) if self.cplx else planes[0]
 
-    def value_tiles(self):
-        return triton.cdiv(self.DV, self.BV)
+    def launch(self, kernel: str, programs, *args, **consts):
+        """Launch ``kernel`` over ``BH * programs(blocks)`` programs (all on grid axis 0: see ``_program``) at its one
+        configuration, or at the one ``triton.autotune`` picks among :func:`gateloop_configs` (the first under the
+        interpreter, so that tests stay fast and deterministic)."""
+        configs = gateloop_configs(kernel, self.DK, self.DV, self.precision, self.cplx)
+        grid = lambda meta: (self.BH * programs(meta),)        # noqa: E731
+        if len(configs) == 1 or _INTERPRETER:
+            blocks = dict(configs[0])
+            warps = blocks.pop("num_warps")
+            globals()[kernel][grid](*args, **consts, **blocks, num_warps=warps)
+        else:
+            _autotuned(kernel, tuple(tuple(c.items()) for c in configs))[grid](*args, **consts)
+
+    def key_tiles(self, meta):
+        return triton.cdiv(self.DK, meta["BK"])
+
+    def value_tiles(self, meta):
+        return triton.cdiv(self.DV, meta["BV"])
 
     def states(self, k, v, h0):
         """:func:`chunk_states_kernel`: the states entering every chunk ``(BH, NT, DK, DV)`` and ``S_L``."""
-        hs = [k[0].new_empty(self.BH, self.NT, self.DK, self.DV) for _ in range(2)]
-        sL = [k[0].new_empty(self.BH, self.DK, self.DV) for _ in range(2)]
-        chunk_states_kernel[self.grid(self.key_tiles(), self.value_tiles())](
-            *k, *v, *self.a, *h0, *hs, *sL, *self.sizes, **self.consts)
+        hs = self.empty(k[0], self.BH, self.NT, self.DK, self.DV)
+        sL = self.empty(k[0], self.BH, self.DK, self.DV)
+        self.launch("chunk_states_kernel", lambda m: self.key_tiles(m) * self.value_tiles(m),
+                    *k, *v, *self.a, *h0, *hs, *sL, *self.sizes, **self.consts)
         return hs, sL
 
     def attention(self, q, k):
         """:func:`chunk_attention_kernel`: every chunk's intra-chunk attention ``A`` ``(BH, NT, C, C)``."""
-        A = [q[0].new_empty(self.BH, self.NT, CHUNK, CHUNK) for _ in range(2)]
-        chunk_attention_kernel[self.grid(self.NT)](*q, *k, *self.a, *A, self.L, self.DK, self.NT,
-                                                   C=CHUNK, BK=self.BK, PHASE=self.phase)
+        A = self.empty(q[0], self.BH, self.NT, self.C, self.C)
+        self.launch("chunk_attention_kernel", lambda m: self.NT, *q, *k, *self.a, *A, self.L, self.DK, self.NT,
+                    C=self.C, PHASE=self.phase, CPLX=self.cplx)
         return A
 
 
@@ -527,49 +784,52 @@ class _GateLoopTriton(torch.autograd.Function):
     (``None``: every ``a`` real and positive)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, la, ph, h0):
+    def forward(ctx, q, k, v, la, ph, h0, precision):
         BH, L, DK = q.shape
         real = la.dtype
-        run = _Launch(BH, L, DK, v.shape[-1], la.contiguous(), None if ph is None else ph.contiguous())
-        qp, kp, vp, h0p = (_planes(t, real) for t in (q, k, v, h0))
+        cplx = any(t.is_complex() for t in (q, k, v, h0))
+        run = _Launch(BH, L, DK, v.shape[-1], la.contiguous(), None if ph is None else ph.contiguous(), cplx,
+                      precision)
+        qp, kp, vp, h0p = (run.planes(t, real) for t in (q, k, v, h0))
         hs, sL = run.states(kp, vp, h0p)
         A = run.attention(qp, kp)
-        y = [qp[0].new_empty(BH, L, run.DV) for _ in range(2)]
-        chunk_output_kernel[run.grid(run.NT, run.value_tiles())](*qp, *vp, *run.a, *hs, *A, *y, *run.sizes,
-                                                                 **run.consts, num_warps=run.warps("chunk_output_kernel"))
-        ctx.save_for_backward(*qp, *kp, *vp, *h0p, *run.a)   # la and its phasor products
-        ctx.phase = run.phase
+        y = run.empty(qp[0], BH, L, run.DV)
+        run.launch("chunk_output_kernel", lambda m: run.NT * run.value_tiles(m),
+                   *qp, *vp, *run.a, *hs, *A, *y, *run.sizes, **run.consts)
+        # la and its phasor products, and A for the backward (BH * L * C values a plane: at C = 16 a quarter of
+        # q's bytes for heads of dk = 64 on the real path, half on the complex one)
+        ctx.save_for_backward(*qp, *kp, *vp, *h0p, *run.a, *A)
+        ctx.phase, ctx.cplx, ctx.precision = run.phase, run.cplx, precision
         ctx.complex_inputs = (q.is_complex(), k.is_complex(), v.is_complex(), h0.is_complex())
-        return torch.complex(*y), torch.complex(*sL)
+        return run.out(y), run.out(sL)
 
     @staticmethod
     def backward(ctx, grad_y, grad_S):
-        q_re, q_im, k_re, k_im, v_re, v_im, h0_re, h0_im, la, cos_ph, sin_ph = ctx.saved_tensors
+        q_re, q_im, k_re, k_im, v_re, v_im, h0_re, h0_im, la, cos_ph, sin_ph, A_re, A_im = ctx.saved_tensors
         q, k, v, h0 = (q_re, q_im), (k_re, k_im), (v_re, v_im), (h0_re, h0_im)
         BH, L, DK = q_re.shape
-        run = _Launch(BH, L, DK, v_re.shape[-1], la, None)
+        run = _Launch(BH, L, DK, v_re.shape[-1], la, None, ctx.cplx, ctx.precision)
         run.a, run.phase, run.consts["PHASE"] = (la, cos_ph, sin_ph), ctx.phase, ctx.phase
-        G = _planes(grad_y, la.dtype)
-        gS = _planes(grad_S if grad_S is not None else torch.zeros_like(h0_re), la.dtype)
+        G = run.planes(grad_y, la.dtype)
+        gS = run.planes(grad_S if grad_S is not None else torch.zeros_like(h0_re), la.dtype)
         hs, _ = run.states(k, v, h0)
-        dhs = [torch.empty_like(hs[0]) for _ in range(2)]
-        dh0 = [torch.empty_like(h0_re) for _ in range(2)]
-        chunk_adjoint_kernel[run.grid(run.key_tiles(), run.value_tiles())](
-            *q, *run.a, *G, *gS, *dhs, *dh0, *run.sizes, **run.consts)
-        dq, dk, dl = ([torch.empty_like(q_re) for _ in range(2)] for _ in range(3))
-        chunk_dqk_kernel[run.grid(run.NT, run.key_tiles())](
-            *q, *k, *v, *run.a, *G, *hs, *dhs, *dq, *dk, *dl, *run.sizes, **run.consts)
-        A = run.attention(q, k)
-        dv = [torch.empty_like(v_re) for _ in range(2)]
-        chunk_dv_kernel[run.grid(run.NT, run.value_tiles())](*k, *run.a, *G, *dhs, *A, *dv, *run.sizes, **run.consts,
-                                                             num_warps=run.warps("chunk_dv_kernel"))
-        grads = [torch.complex(*pair) if is_c else pair[0]        # a real input gets the real part
+        dhs = run.empty(hs[0], *hs[0].shape)
+        dh0 = run.empty(h0_re, *h0_re.shape)
+        run.launch("chunk_adjoint_kernel", lambda m: run.key_tiles(m) * run.value_tiles(m),
+                   *q, *run.a, *G, *gS, *dhs, *dh0, *run.sizes, **run.consts)
+        dq, dk, dl = (run.empty(q_re, *q_re.shape) for _ in range(3))
+        run.launch("chunk_dqk_kernel", lambda m: run.NT * run.key_tiles(m),
+                   *q, *k, *v, *run.a, *G, *hs, *dhs, *dq, *dk, *dl, *run.sizes, **run.consts)
+        dv = run.empty(v_re, *v_re.shape)
+        run.launch("chunk_dv_kernel", lambda m: run.NT * run.value_tiles(m),
+                   *k, *run.a, *G, *dhs, A_re, A_im, *dv, *run.sizes, **run.consts)
+        grads = [run.out(pair) if is_c else pair[0]               # a real input gets the real part
                  for pair, is_c in zip((dq, dk, dv, dh0), ctx.complex_inputs)]
         # d log a = d log|a| + i d arg a: the real plane goes to log|a|, the imaginary one to the phase
-        return (*grads[:3], dl[0], dl[1] if ctx.phase else None, grads[3])
+        return (*grads[:3], dl[0], dl[1] if ctx.phase else None, grads[3], None)
 
 
-def gateloop_triton_log(q, k, v, log_a, phase=None, *, h0=None, return_state=False):
+def gateloop_triton_log(q, k, v, log_a, phase=None, *, h0=None, return_state=False, precision="ieee"):
     """GateLoop's recurrence with transitions given by their logarithm: ``a = exp(log_a + i phase)``
     (``phase=None``: real positive ``a``). The causal decays and linear attention call this on CUDA: their
     ``log a`` (e.g. ``z_{t-1} - z_t`` of additive decay) never passes through an ``a`` that could underflow
@@ -579,37 +839,43 @@ def gateloop_triton_log(q, k, v, log_a, phase=None, *, h0=None, return_state=Fal
     Shapes as :func:`seqlab.ops.gateloop.gateloop`; ``log_a`` is real, ``<= 0``, shaped like ``k``
     (``-inf`` is a full reset). Returns ``(y, S_L)`` (``S_L`` is ``None`` unless ``return_state``), in the
     dtype of ``q`` promoted with the other inputs. Reads no value on the host.
+
+    ``precision``: the chunk products' ``tl.dot`` precision, one of :data:`PRECISIONS`: ``"ieee"`` (full
+    float32, the default), ``"tf32x3"`` (three TF32 products, about float32's accuracy on tensor cores), ``"tf32"``
+    (one, 10-bit mantissas) or ``"bf16"`` (bfloat16 operands, float32 sums). float64 work is always ``"ieee"``; the scan
+    route runs no ``tl.dot``.
     """
     require_triton("gateloop", q, k, v, log_a)
     B, H, L, DK = q.shape
     DV = v.shape[-1]
     out_dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
     real = _real_dtype(out_dtype)
+    _check_precision(precision, real)
     if runs_on_scan(DK, DV):
         a = log_a.to(real).exp()
         a = a if phase is None else torch.polar(a, phase.to(real).expand_as(a))
         y, S = gateloop_scan(q, k, v, a, h0=h0)
     else:
-        y, S = _chunked_kernels(q, k, v, log_a, phase, h0, real)
+        y, S = _chunked_kernels(q, k, v, log_a, phase, h0, real, precision)
     if not out_dtype.is_complex:
         y, S = y.real, S.real
     return y.to(out_dtype), (S.to(out_dtype) if return_state else None)
 
 
-def _chunked_kernels(q, k, v, log_a, phase, h0, real):
-    """``(y, S_L)`` by the chunked kernels (complex results), the heads flattened to ``B * H`` rows."""
+def _chunked_kernels(q, k, v, log_a, phase, h0, real, precision):
+    """``(y, S_L)`` by the chunked kernels (complex, or real on the real path), the heads flattened to ``B * H`` rows."""
     B, H, L, DK = q.shape
     DV = v.shape[-1]
     # -inf (a = 0) becomes a finite floor: exp of any sum of them is 0, and no inf - inf can arise
-    la = log_a.to(real).clamp_min(torch.finfo(real).min / (4 * CHUNK))
+    la = log_a.to(real).clamp_min(torch.finfo(real).min / (4 * CHUNK_TENSOR_CORES))
     ph = None if phase is None else phase.to(real).expand_as(la)
     flat = lambda t: None if t is None else t.reshape(B * H, L, t.shape[-1])    # noqa: E731
     state0 = h0.reshape(B * H, DK, DV) if h0 is not None else torch.zeros(B * H, DK, DV, device=q.device, dtype=real)
-    y, S = _GateLoopTriton.apply(flat(q), flat(k), flat(v), flat(la), flat(ph), state0)
+    y, S = _GateLoopTriton.apply(flat(q), flat(k), flat(v), flat(la), flat(ph), state0, precision)
     return y.reshape(B, H, L, DV), S.reshape(B, H, DK, DV)
 
 
-def gateloop_triton(q, k, v, a, *, h0=None, return_state=False):
+def gateloop_triton(q, k, v, a, *, h0=None, return_state=False, precision="ieee"):
     """``gateloop`` by the Triton kernels; inputs already checked and promoted by ``seqlab.ops.gateloop``.
 
     Heads of ``dk * dv <= SCAN_STATE`` run on the scan (:func:`gateloop_scan`, exact for any ``a``), bigger
@@ -617,19 +883,22 @@ def gateloop_triton(q, k, v, a, *, h0=None, return_state=False):
     otherwise; ``|a| = 0`` is taken as the smallest positive float (its exact gradient is added by
     ``seqlab.ops.gateloop`` where it may read values), and a real ``a`` of either sign runs as ``|a|`` with
     its signs folded into ``q`` and ``k`` (:func:`_fold_signs`): the kernels' real path, whatever the values.
-    Reads no value on the host. Returns ``(y, S_L)`` (``S_L`` is ``None`` unless ``return_state``).
+    ``precision``: the chunk products' ``tl.dot`` precision (see :func:`gateloop_triton_log`). Reads no value
+    on the host. Returns ``(y, S_L)`` (``S_L`` is ``None`` unless ``return_state``).
     """
     require_triton("gateloop", q, k, v, a)
+    real = _real_dtype(torch.promote_types(q.dtype, a.dtype))
+    _check_precision(precision, real)
     if runs_on_scan(q.shape[-1], v.shape[-1]):
         y, S = gateloop_scan(q, k, v, a, h0=h0)
         return y.to(q.dtype), (S.to(q.dtype) if return_state else None)
-    real = _real_dtype(torch.promote_types(q.dtype, a.dtype))
     la = a.abs().to(real).clamp_min(torch.finfo(real).tiny).log()   # log|a|
     if a.is_complex():
-        y, S = gateloop_triton_log(q, k, v, la, torch.angle(a).to(real), h0=h0, return_state=return_state)
+        y, S = gateloop_triton_log(q, k, v, la, torch.angle(a).to(real), h0=h0, return_state=return_state,
+                                   precision=precision)
     else:
         q, k, sign_L = _fold_signs(q, k, a)
-        y, S = gateloop_triton_log(q, k, v, la, h0=h0, return_state=return_state)
+        y, S = gateloop_triton_log(q, k, v, la, h0=h0, return_state=return_state, precision=precision)
         S = None if S is None else sign_L[..., None] * S
     return y.to(q.dtype), (S.to(q.dtype) if S is not None else None)
 
