@@ -1,6 +1,8 @@
 """GateLoop's Triton kernels (chunked algorithm, forward and backward) in the CPU interpreter, over several
 key / value tiles and on the small heads' elementwise path (their compilation for sm_80 / sm_90 and its
 register use: test_triton_spills.py). Shapes are small: the interpreter runs one program at a time."""
+import importlib
+
 import pytest
 import torch
 from helpers import check
@@ -9,6 +11,15 @@ from seqlab.ops.gateloop import gateloop
 from test_gateloop import make_inputs, reference, to64
 
 pytest.importorskip("triton")
+
+
+@pytest.fixture(autouse=True)
+def chunked_kernels_for_every_head(monkeypatch):
+    """Every head here runs on the chunked kernels, the small ones too (which ``gateloop`` otherwise sends to the
+    scan: test_gateloop_triton_scan.py), so that the kernels' elementwise path stays checked."""
+    kernels = importlib.import_module("seqlab.ops.gateloop.triton")
+    monkeypatch.setattr(kernels, "SCAN_STATE", 0)
+    assert not kernels.runs_on_scan(1, 1)
 
 
 @pytest.mark.parametrize("L,dk,dv,kind", [(1, 1, 1, "complex"), (7, 3, 5, "complex"), (37, 2, 3, "real"),
