@@ -154,3 +154,21 @@ def test_precision_names_are_checked():
         gateloop_triton(q, k, v, a, precision="fp16")
     with pytest.raises(ValueError, match="float64 / complex128 inputs always multiply in full"):
         gateloop_triton(q.double(), k.double(), v.double(), a.double(), precision="tf32")
+
+
+def test_the_op_passes_its_precision_to_the_kernels(monkeypatch):
+    """``gateloop(..., precision=)`` reaches the kernels' products; a name it does not know, or a lower precision
+    for float64 inputs, is refused naming the argument."""
+    kernels = importlib.import_module("seqlab.ops.gateloop.triton")
+    seen = []
+    real_apply = kernels._GateLoopTriton.apply
+    monkeypatch.setattr(kernels._GateLoopTriton, "apply", lambda *args: seen.append(args[-1]) or real_apply(*args))
+    q, k, v, a = make_inputs(1, 1, 5, 5, 4, complex_=False)
+    a = a.abs()
+    for precision in ("tf32", "ieee"):
+        gateloop(q, k, v, a, mode="triton", precision=precision)
+    assert seen == ["tf32", "ieee"]
+    with pytest.raises(ValueError, match="precision: expected one of"):
+        gateloop(q, k, v, a, mode="triton", precision="fp8")
+    with pytest.raises(ValueError, match="float64"):
+        gateloop(*(to64(t) for t in (q, k, v, a)), mode="triton", precision="tf32")

@@ -65,6 +65,7 @@ Files: ``recurrent.py`` (eq. 7-8, the float64 reference), ``associative.py`` (eq
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -176,7 +177,8 @@ def _pick_auto(q, v) -> str:
     return "scan" if small else "chunked"
 
 
-def gateloop(q, k, v, a, *, h0=None, mode: str = "auto", return_state: bool = False, chunk_size: int = 64):
+def gateloop(q, k, v, a, *, h0=None, mode: str = "auto", return_state: bool = False, chunk_size: int = 64,
+             precision: str = "ieee"):
     """GateLoop (eq. 7-8, key side): ``S_n = diag(a_n) S_{n-1} + k_n^T v_n``, ``y_n = q_n S_n``.
 
     Args:
@@ -187,6 +189,9 @@ def gateloop(q, k, v, a, *, h0=None, mode: str = "auto", return_state: bool = Fa
         mode: one of ``GATELOOP_MODES`` (see the module docstring); all compute the same function.
         return_state: also return the final state ``S_L`` ``(B, H, dk, dv)``.
         chunk_size: longest chunk of ``"chunked"`` (the Triton kernels use their own, ``triton.CHUNK``).
+        precision: the Triton kernels' chunk products (``mode="triton"``, and ``"auto"`` on CUDA): ``"ieee"``
+            (full float32, the default), ``"tf32x3"``, ``"tf32"`` or ``"bf16"`` (``triton.PRECISIONS``); float64
+            inputs take only ``"ieee"``. The other modes always compute at their dtype's full precision.
 
     Returns ``y`` ``(B, H, L, dv)`` (complex if any input is), or ``(y, S_L)``.
     Raises ``FloatingPointError`` for a non-finite input (named with its index) or result (``"attention_naive"``
@@ -197,6 +202,11 @@ def gateloop(q, k, v, a, *, h0=None, mode: str = "auto", return_state: bool = Fa
     _check_inputs(q, k, v, a, h0, check_values=False)
     if not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
+    if precision != "ieee":
+        from seqlab.ops.gateloop.triton import PRECISIONS
+
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
     if mode == "auto":
         mode = _pick_auto(q, v)
     mode = traceable_mode(mode, "chunked", q, k, v, a, h0)
@@ -209,10 +219,11 @@ def gateloop(q, k, v, a, *, h0=None, mode: str = "auto", return_state: bool = Fa
             _check_values(q, k, v, a, h0)
         q, k, v, a = (t.to(dtype) for t in (q, k, v, a))
         h0 = None if h0 is None else h0.to(dtype)
+        form = _FORMS[mode] if mode != "triton" else functools.partial(_triton, precision=precision)
         if host and _log_domain(mode, q, v):
-            y, S = _exact_gradient_at_zero_transitions(_FORMS[mode], q, k, v, a, h0, chunk_size)
+            y, S = _exact_gradient_at_zero_transitions(form, q, k, v, a, h0, chunk_size)
         else:
-            y, S = _FORMS[mode](q, k, v, a, h0, chunk_size)
+            y, S = form(q, k, v, a, h0, chunk_size)
         if host:
             _check_output(mode, y)
         else:
@@ -247,10 +258,10 @@ def _run_numba(q, k, v, a, h0, dtype):
         raise
 
 
-def _triton(q, k, v, a, h0, chunk_size):
+def _triton(q, k, v, a, h0, chunk_size, precision="ieee"):
     from seqlab.ops.gateloop.triton import gateloop_triton
 
-    return gateloop_triton(q, k, v, a, h0=h0, return_state=True)
+    return gateloop_triton(q, k, v, a, h0=h0, return_state=True, precision=precision)
 
 
 _FORMS = {
