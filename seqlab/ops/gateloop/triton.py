@@ -88,6 +88,9 @@ KERNELS = ("chunk_states_kernel", "chunk_attention_kernel", "chunk_output_kernel
            "chunk_dv_kernel")
 PRECISIONS = ("ieee", "tf32x3", "tf32", "bf16")   # the chunk products' precision: see _mm
 _INTERPRETER = os.environ.get("TRITON_INTERPRET", "0") == "1"    # seqlab.kernels sets it where there is no GPU
+# What a helper returns in the imaginary slot on the real path (CPLX=False): a constant the compiler drops, since
+# no real-path code reads it. Not None: Triton 3.6 cannot return None from a @triton.jit function.
+_NO_PLANE = tl.constexpr(0.0) if triton is not None else None
 
 
 if triton is not None:
@@ -123,7 +126,7 @@ if triton is not None:
         The complex products are :func:`_mm`'s, written out (in the interpreter each call of a jitted function
         costs milliseconds)."""
         if not CPLX:
-            return _mm(a_re, b_re, DOT, PREC), None
+            return _mm(a_re, b_re, DOT, PREC), _NO_PLANE
         elif not DOT:
             a_re, a_im = tl.trans(a_re)[:, :, None], tl.trans(a_im)[:, :, None]
             b_re, b_im = b_re[:, None, :], b_im[:, None, :]
@@ -149,7 +152,7 @@ if triton is not None:
         if CPLX:
             return a_re * b_re - a_im * b_im, a_re * b_im + a_im * b_re
         else:
-            return a_re * b_re, None
+            return a_re * b_re, _NO_PLANE
 
     @triton.jit
     def _cmulc(a_re, a_im, b_re, b_im, CPLX: tl.constexpr):
@@ -157,7 +160,7 @@ if triton is not None:
         if CPLX:
             return a_re * b_re + a_im * b_im, a_re * b_im - a_im * b_re
         else:
-            return a_re * b_re, None
+            return a_re * b_re, _NO_PLANE
 
     @triton.jit
     def _conj(re, im, TRANS: tl.constexpr, CPLX: tl.constexpr):
@@ -169,7 +172,7 @@ if triton is not None:
                 im = tl.trans(im)
             return re, -im
         else:
-            return re, None
+            return re, _NO_PLANE
 
     @triton.jit
     def _trans(re, im, CPLX: tl.constexpr):
@@ -177,7 +180,7 @@ if triton is not None:
         if CPLX:
             return tl.trans(re), tl.trans(im)
         else:
-            return tl.trans(re), None
+            return tl.trans(re), _NO_PLANE
 
     @triton.jit
     def _decay(log_mag, p_re, p_im, PHASE: tl.constexpr, CPLX: tl.constexpr):
@@ -190,7 +193,7 @@ if triton is not None:
         elif CPLX:
             return r, tl.zeros_like(r)
         else:
-            return r, None
+            return r, _NO_PLANE
 
     @triton.jit
     def _transitions(la, ph_re, ph_im, bh, row0, L, NT, offs_c, offs_k, DK, C: tl.constexpr, PHASE: tl.constexpr):
@@ -229,7 +232,7 @@ if triton is not None:
             return (tl.load(re_ptr + start + p, mask=mask, other=0.0),
                     tl.load(im_ptr + start + p, mask=mask, other=0.0))
         else:
-            return tl.load(re_ptr + start + p, mask=mask, other=0.0), None
+            return tl.load(re_ptr + start + p, mask=mask, other=0.0), _NO_PLANE
 
     @triton.jit
     def _store_tile(re_ptr, im_ptr, bh, row0, L, offs_c, offs, D, x_re, x_im, CPLX: tl.constexpr):
@@ -251,7 +254,7 @@ if triton is not None:
         if CPLX:
             return p, mask, re, tl.load(im_ptr + base + p, mask=mask, other=0.0)
         else:
-            return p, mask, re, None
+            return p, mask, re, _NO_PLANE
 
     @triton.jit
     def _from_start(la, ph_re, ph_im, bh, row0, L, NT, offs_c, offs_k, DK, C: tl.constexpr, PHASE: tl.constexpr,
@@ -293,7 +296,7 @@ if triton is not None:
         if CPLX:
             return tl.load(re_ptr + p), tl.load(im_ptr + p)
         else:
-            return tl.load(re_ptr + p), None
+            return tl.load(re_ptr + p), _NO_PLANE
 
     @triton.jit
     def _intra_attention(q_re, q_im, k_re, k_im, lam, p_re, p_im, offs_c, C: tl.constexpr, PHASE: tl.constexpr,
@@ -332,7 +335,7 @@ if triton is not None:
         if CPLX:
             return A_re, A_im
         else:
-            return A_re, None
+            return A_re, _NO_PLANE
 
     @triton.jit
     def chunk_states_kernel(k_re, k_im, v_re, v_im, la, ph_re, ph_im, h0_re, h0_im, hs_re, hs_im, sL_re, sL_im,
