@@ -21,13 +21,14 @@ def test_forward_matches_float64_recurrence(L, dk, dv, kind):
     check(y, ref, 1e-5, f"triton forward L={L} {kind}")
 
 
-@pytest.mark.parametrize("gates", ["near_zero", "near_one", "big_keys"])
-def test_forward_extreme_gates(gates):
+@pytest.mark.parametrize("gates,kind", [("near_zero", "complex"), ("near_one", "complex"), ("big_keys", "complex"),
+                                        ("near_zero", "real"), ("near_one", "real")])
+def test_forward_extreme_gates(gates, kind):
     kw = {"near_zero": dict(mag=(1e-30, 1e-3)), "near_one": dict(mag=(1 - 1e-6, 1.0)),
           "big_keys": dict(key_scale=50.0)}[gates]
-    q, k, v, a = make_inputs(1, 2, 33, 2, 2, **kw)
+    q, k, v, a = make_inputs(1, 2, 33, 2, 2, complex_=kind == "complex", **kw)
     ref, _ = reference(q, k, v, a)
-    check(gateloop(q, k, v, a, mode="triton"), ref, 1e-5, f"triton {gates}")
+    check(gateloop(q, k, v, a, mode="triton"), ref, 1e-5, f"triton {gates} {kind}")
 
 
 @pytest.mark.parametrize("kind", ["complex", "real"])
@@ -97,11 +98,12 @@ def test_blocks_stay_within_64_and_small_heads_are_not_padded():
 def test_chunks_of_64_on_tensor_cores_forward_and_backward():
     """Real inputs at precision "tf32" run in chunks of 64 with tiles of 32 (autotuning's first configuration,
     the one the interpreter runs; it computes tl.dot in float32 whatever the precision, so the float32 tolerance
-    holds): L = 65, a whole chunk and one step; a state h0; a head (24 x 20) inside one ragged tile."""
+    holds): L = 65, a whole chunk and one step; a state h0; a head (24 x 20) inside one ragged tile; gates from
+    near-resets (1e-30) to 1, whose segment sums a chunk of 64 must keep exact."""
     from seqlab.ops.gateloop.triton import gateloop_triton
 
     L = 65
-    q, k, v, a = make_inputs(1, 1, L, 24, 20, complex_=False)
+    q, k, v, a = make_inputs(1, 1, L, 24, 20, complex_=False, mag=(1e-30, 1.0))
     h0 = torch.randn(1, 1, 24, 20)
     w = torch.randn(1, 1, L, 20, dtype=torch.float64)
 
