@@ -145,3 +145,37 @@ def test_precision_names_are_checked():
         gateloop_triton(q, k, v, a, precision="fp16")
     with pytest.raises(ValueError, match="float64 / complex128 inputs always multiply in full"):
         gateloop_triton(q.double(), k.double(), v.double(), a.double(), precision="tf32")
+
+
+def test_autotuned_launches_time_every_configuration_and_run_the_pick(monkeypatch):
+    """On a GPU, kernels with several configurations (chunks of 64, heads of 64: the attention and output kernels'
+    tiles of 32 and 64) launch through ``triton.autotune``, which times each and runs the fastest. Here the
+    interpreter takes that path with a stand-in for the GPU timer (it has none), which runs the configuration and
+    ranks the last timed fastest: every configuration runs, and the pick (tiles of 64, whose launch writes the
+    output last; the other tests run the first, tiles of 32) matches the float64 reference."""
+    import importlib
+
+    gl = importlib.import_module("seqlab.ops.gateloop.triton")
+    timed, autotuned = [], gl._autotuned
+
+    def with_stand_in_timer(kernel, configs):
+        tuner = autotuned(kernel, configs)
+
+        def bench(launch, quantiles=None, **_):
+            launch()
+            timed.append(kernel)
+            return [1.0 / len(timed)] * 3
+
+        tuner.__dict__["do_bench"] = bench
+        return tuner
+
+    autotuned.cache_clear()
+    monkeypatch.setattr(gl, "_INTERPRETER", False)
+    monkeypatch.setattr(gl, "_autotuned", with_stand_in_timer)
+    try:
+        q, k, v, a = make_inputs(1, 1, 20, 64, 64, complex_=False)
+        ref, _ = reference(q, k, v, a)
+        check(gl.gateloop_triton(q, k, v, a, precision="tf32")[0], ref, 1e-5, "autotuned launches")
+    finally:
+        autotuned.cache_clear()       # its tuners carry the stand-in timer
+    assert timed == ["chunk_attention_kernel"] * 2 + ["chunk_output_kernel"] * 2
