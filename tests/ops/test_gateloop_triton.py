@@ -32,13 +32,14 @@ def test_forward_matches_float64_recurrence(L, dk, dv, kind):
     check(y, ref, 1e-5, f"triton forward L={L} {kind}")
 
 
-@pytest.mark.parametrize("gates", ["near_zero", "near_one", "big_keys"])
-def test_forward_extreme_gates(gates):
+@pytest.mark.parametrize("gates,kind", [("near_zero", "complex"), ("near_one", "complex"), ("big_keys", "complex"),
+                                        ("near_zero", "real"), ("near_one", "real")])
+def test_forward_extreme_gates(gates, kind):
     kw = {"near_zero": dict(mag=(1e-30, 1e-3)), "near_one": dict(mag=(1 - 1e-6, 1.0)),
           "big_keys": dict(key_scale=50.0)}[gates]
-    q, k, v, a = make_inputs(1, 2, 33, 2, 2, **kw)
+    q, k, v, a = make_inputs(1, 2, 33, 2, 2, complex_=kind == "complex", **kw)
     ref, _ = reference(q, k, v, a)
-    check(gateloop(q, k, v, a, mode="triton"), ref, 1e-5, f"triton {gates}")
+    check(gateloop(q, k, v, a, mode="triton"), ref, 1e-5, f"triton {gates} {kind}")
 
 
 @pytest.mark.parametrize("kind", ["complex", "real"])
@@ -108,11 +109,12 @@ def test_blocks_stay_within_64_and_small_heads_are_not_padded():
 def test_chunks_of_64_on_tensor_cores_forward_and_backward():
     """Real inputs at precision "tf32" run in chunks of 64 with tiles of 32 (autotuning's first configuration,
     the one the interpreter runs; it computes tl.dot in float32 whatever the precision, so the float32 tolerance
-    holds): L = 65, a whole chunk and one step; a state h0; a head (24 x 20) inside one ragged tile."""
+    holds): L = 65, a whole chunk and one step; a state h0; a head (24 x 20) inside one ragged tile; gates from
+    near-resets (1e-30) to 1, whose segment sums a chunk of 64 must keep exact."""
     from seqlab.ops.gateloop.triton import gateloop_triton
 
     L = 65
-    q, k, v, a = make_inputs(1, 1, L, 24, 20, complex_=False)
+    q, k, v, a = make_inputs(1, 1, L, 24, 20, complex_=False, mag=(1e-30, 1.0))
     h0 = torch.randn(1, 1, 24, 20)
     w = torch.randn(1, 1, L, 20, dtype=torch.float64)
 
@@ -172,3 +174,35 @@ def test_the_op_passes_its_precision_to_the_kernels(monkeypatch):
         gateloop(q, k, v, a, mode="triton", precision="fp8")
     with pytest.raises(ValueError, match="float64"):
         gateloop(*(to64(t) for t in (q, k, v, a)), mode="triton", precision="tf32")
+
+
+def test_autotuned_launches_time_every_configuration_and_run_the_pick(monkeypatch):
+    """On a GPU, kernels with several configurations (chunks of 64, heads of 64: the attention and output kernels'
+    tiles of 32 and 64) launch through ``triton.autotune``, which times each and runs the fastest. Here the
+    interpreter takes that path with a stand-in for the GPU timer (it has none), which runs the configuration and
+    ranks the last timed fastest: every configuration runs, and the pick (tiles of 64, whose launch writes the
+    output last; the other tests run the first, tiles of 32) matches the float64 reference."""
+    gl = importlib.import_module("seqlab.ops.gateloop.triton")
+    timed, autotuned = [], gl._autotuned
+
+    def with_stand_in_timer(kernel, configs):
+        tuner = autotuned(kernel, configs)
+
+        def bench(launch, quantiles=None, **_):
+            launch()
+            timed.append(kernel)
+            return [1.0 / len(timed)] * 3
+
+        tuner.__dict__["do_bench"] = bench
+        return tuner
+
+    autotuned.cache_clear()
+    monkeypatch.setattr(gl, "_INTERPRETER", False)
+    monkeypatch.setattr(gl, "_autotuned", with_stand_in_timer)
+    try:
+        q, k, v, a = make_inputs(1, 1, 20, 64, 64, complex_=False)
+        ref, _ = reference(q, k, v, a)
+        check(gl.gateloop_triton(q, k, v, a, precision="tf32")[0], ref, 1e-5, "autotuned launches")
+    finally:
+        autotuned.cache_clear()       # its tuners carry the stand-in timer
+    assert timed == ["chunk_attention_kernel"] * 2 + ["chunk_output_kernel"] * 2
