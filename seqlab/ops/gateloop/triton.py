@@ -641,16 +641,17 @@ def gateloop_chunk(dk: int, dv: int, precision: str = "ieee", cplx: bool = True)
 
 
 # On tensor cores (chunks of 64): (BK, BV, warps) a kernel may run with, every one without spills for sm_80 and
-# sm_90 at "tf32" and "bf16" (ptxas -v, Triton 3.7). Tiles of 64 spill in the kernels that hold a state tile and
+# sm_90 at "tf32" and "bf16" (ptxas -v, Triton 3.7.1 and 3.6.0). Tiles of 64 spill in the kernels that hold a state tile and
 # more (states, adjoint, dq/dk, dv: 8-372 bytes on sm_80), 16 warps cap a thread at 128 registers (spills too),
 # the output kernel's tiles of 32 want 4 warps (4-12 bytes at 8 on sm_80), and the dq/dk kernel, which holds the
-# most (C, BK) tiles, loops over value tiles of 16 (16-20 bytes at 32 on sm_80).
+# most (C, BK) tiles, takes key tiles of 16 and loops over value tiles of 16 (16-20 bytes at value tiles of 32 on
+# sm_80; key tiles of 32 use 255 registers and spill 12 bytes at bf16 on sm_80 under Triton 3.6).
 _TENSOR_CORE_CONFIGS = {
     "chunk_states_kernel": ((32, 32, 8),),
     "chunk_attention_kernel": ((32, None, 8), (64, None, 8)),
     "chunk_output_kernel": ((32, 32, 4), (64, 64, 8)),
     "chunk_adjoint_kernel": ((32, 32, 8),),
-    "chunk_dqk_kernel": ((32, 16, 8),),
+    "chunk_dqk_kernel": ((16, 16, 8),),
     "chunk_dv_kernel": ((32, 32, 8),),
 }
 
