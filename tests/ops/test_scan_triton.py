@@ -42,6 +42,12 @@ def test_triton_forward_and_backward_match_float64_loop(kind, case):
     L, ti, reverse, with_h0 = case
     B, D = 2, 20  # D = 20 over the plan's blocks of 8 channels: three programs per row, the last one masked
     a, x, h0 = _inputs(kind, B, L, D, ti, with_h0)
+    _check_against_float64_loop(a, x, h0, reverse, f"{kind} {case}")
+
+
+def _check_against_float64_loop(a, x, h0, reverse, label):
+    """h and the gradients of a, x, h0 (a random float32-representable cotangent) of the Triton mode on float32
+    copies against the float64 sequential loop."""
     g = _f32(torch.randn(x.shape, dtype=x.dtype)).to(x.dtype)
 
     def run(mode, cast):
@@ -53,7 +59,7 @@ def test_triton_forward_and_backward_match_float64_loop(kind, case):
     ref = run("sequential", lambda t: t)
     got = run("triton", _f32)
     for name, o, r in zip(["h", "da", "dx", "dh0"], got, ref):
-        check(o, r, TOL, f"triton {name} {kind} {case}")
+        check(o, r, TOL, f"triton {name} {label}")
 
 
 def _pin_tiles(monkeypatch, chunk_tiles=None):
@@ -89,18 +95,7 @@ def test_triton_tiles_match_float64_loop_across_tile_edges(monkeypatch, kind, L,
     a, x, h0 = _inputs(kind, 2, L, D, a_shape == "time", with_h0)
     if a_shape == "batch":
         a = a[:1]
-    g = _f32(torch.randn(x.shape, dtype=x.dtype)).to(x.dtype)
-
-    def run(mode, cast):
-        ins = [None if t is None else cast(t).detach().requires_grad_() for t in (a, x, h0)]
-        out = linear_scan(ins[0], ins[1], ins[2], reverse=reverse, mode=mode)
-        (out * cast(g).conj()).real.sum().backward()
-        return [out] + [t.grad for t in ins if t is not None]
-
-    ref = run("sequential", lambda t: t)
-    got = run("triton", _f32)
-    for name, o, r in zip(["h", "da", "dx", "dh0"], got, ref):
-        check(o, r, TOL, f"tiled triton {name}")
+    _check_against_float64_loop(a, x, h0, reverse, f"tiled {kind} L={L} D={D}")
 
 
 @pytest.mark.parametrize("kind, reverse, chunk_tiles", [("complex", True, None), ("real", False, 1)], ids=str)
