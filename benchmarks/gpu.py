@@ -626,7 +626,7 @@ def software() -> dict:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     return {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
             "triton": _version("triton"), "flash-linear-attention": _version("flash-linear-attention"),
-            "accelerated-scan": _version("accelerated-scan"),
+            "fla-core": _version("fla-core"), "accelerated-scan": _version("accelerated-scan"),
             "seqlab_commit": commit.stdout.strip() if commit.returncode == 0 else None}
 
 

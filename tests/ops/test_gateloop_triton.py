@@ -89,9 +89,19 @@ def test_tiled_heads_forward_and_backward(dk, dv, kind):
         check(g, r, 1e-5, f"triton grad {name} dk={dk} dv={dv} {kind}")
 
 
-def test_blocks_stay_within_64_and_small_heads_are_not_padded():
+@pytest.fixture
+def tensor_core_chunks(monkeypatch):
+    """The path of chunks of 64 for real inputs at tf32 / bf16, off by default (measured slower), switched on."""
+    monkeypatch.setattr(importlib.import_module("seqlab.ops.gateloop.triton"), "TENSOR_CORE_CHUNKS", True)
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_blocks_stay_within_64_and_small_heads_are_not_padded(monkeypatch, on):
+    """By default every head runs chunks of 16 at one configuration; with the tensor-core path on, real inputs
+    of heads of 16 and more at tf32 / bf16 run chunks of 64 with tiles of 16 to 64."""
     from seqlab.ops.gateloop.triton import KERNELS, gateloop_blocks, gateloop_chunk, gateloop_configs
 
+    monkeypatch.setattr(importlib.import_module("seqlab.ops.gateloop.triton"), "TENSOR_CORE_CHUNKS", on)
     for d in range(1, 257):
         BK, BV, DOT = gateloop_blocks(d, d)
         assert BK <= 64 and BV <= 64 and BK == BV
@@ -99,7 +109,7 @@ def test_blocks_stay_within_64_and_small_heads_are_not_padded():
         assert BK >= min(d, 16) and (DOT or BK < 2 * d)     # a small head is not padded to 16
         for precision in ("ieee", "tf32x3", "tf32", "bf16"):
             for cplx in (False, True):
-                tensor_cores = DOT and not cplx and precision in ("tf32", "bf16")
+                tensor_cores = on and DOT and not cplx and precision in ("tf32", "bf16")
                 assert gateloop_chunk(d, d, precision, cplx) == (64 if tensor_cores else 16)
                 for kernel in KERNELS:
                     configs = gateloop_configs(kernel, d, d, precision, cplx)
@@ -107,7 +117,7 @@ def test_blocks_stay_within_64_and_small_heads_are_not_padded():
                     assert not tensor_cores or kernel == "chunk_dqk_kernel" or all(c["BK"] >= 32 for c in configs)
 
 
-def test_chunks_of_64_on_tensor_cores_forward_and_backward():
+def test_chunks_of_64_on_tensor_cores_forward_and_backward(tensor_core_chunks):
     """Real inputs at precision "tf32" run in chunks of 64 with tiles of 32 (autotuning's first configuration,
     the one the interpreter runs; it computes tl.dot in float32 whatever the precision, so the float32 tolerance
     holds): L = 65, a whole chunk and one step; a state h0; a head (24 x 20) inside one ragged tile; gates from
@@ -177,7 +187,7 @@ def test_the_op_passes_its_precision_to_the_kernels(monkeypatch):
         gateloop(*(to64(t) for t in (q, k, v, a)), mode="triton", precision="tf32")
 
 
-def test_autotuned_launches_time_every_configuration_and_run_the_pick(monkeypatch):
+def test_autotuned_launches_time_every_configuration_and_run_the_pick(monkeypatch, tensor_core_chunks):
     """On a GPU, kernels with several configurations (chunks of 64, heads of 64: the attention and output kernels'
     tiles of 32 and 64) launch through ``triton.autotune``, which times each and runs the fastest. Here the
     interpreter takes that path with a stand-in for the GPU timer (it has none), which runs the configuration and
@@ -207,3 +217,15 @@ def test_autotuned_launches_time_every_configuration_and_run_the_pick(monkeypatc
     finally:
         autotuned.cache_clear()       # its tuners carry the stand-in timer
     assert timed == ["chunk_attention_kernel"] * 2 + ["chunk_output_kernel"] * 2
+
+
+@pytest.mark.parametrize("L", [1, 17, 300])
+def test_sign_products_on_the_scan_equal_cumprod(L):
+    """The folded signs ``sigma_n = prod_{j<=n} sign a_j`` that the GPU path takes from the Triton scan are
+    exactly torch's ``cumprod`` (products of +-1), at lengths that cut the scan's tiles raggedly."""
+    from seqlab.ops.gateloop.triton import _sign_products
+
+    sign = torch.where(torch.rand(2, 3, L, 5) < 0.4, -1.0, 1.0)
+    on_scan = _sign_products(sign, on_scan=True)
+    assert torch.equal(on_scan, torch.cumprod(sign, dim=-2))
+    assert torch.equal(_sign_products(sign.double(), on_scan=True), torch.cumprod(sign.double(), dim=-2))

@@ -24,9 +24,9 @@ def _jobs():
         DOT = gl.gateloop_blocks(d, d)[2]
         # real inputs and transitions (real planes only), complex inputs with real positive transitions (no
         # phasors), complex transitions, at the default precision; at the others, the configurations that differ:
-        # chunks of 64 on tensor cores (real inputs at tf32 and bf16, every configuration autotuning may pick) and
-        # tf32x3's split operands at chunks of 16 for the widest (complex transitions; its real path and the
-        # complex paths at tf32 and bf16 hold fewer values in the same tiles)
+        # the real path's tensor-core products at tf32 and bf16 (chunks of 16; of 64 with every configuration
+        # autotuning may pick where TENSOR_CORE_CHUNKS is on) and tf32x3's split operands for the widest (complex
+        # transitions; its real path and the complex paths at tf32 and bf16 hold fewer values in the same tiles)
         lower = ((True, True, "tf32x3"), (False, False, "tf32"), (False, False, "bf16")) if DOT else ()
         for phase, cplx, prec in ((False, False, "ieee"), (False, True, "ieee"), (True, True, "ieee"), *lower):
             C = gl.gateloop_chunk(d, d, prec, cplx)

@@ -53,13 +53,16 @@ size, not padded to 16 (:func:`gateloop_blocks`). Heads of 16 and more multiply 
 tolerances, and the interpreter would not show it), ``"tf32x3"`` / ``"tf32"`` (``tl.dot``'s ``input_precision``, on
 tensor cores) or ``"bf16"`` (bfloat16 operands, float32 sums); float64 stays float64 and ``"ieee"``. In full
 precision a ``tl.dot`` is a loop of FMAs whose operands each thread holds in registers: chunks and tiles of 16 (at
-tiles of 32 the backward's ``dq/dk`` kernel spills 6 KB, at 64 all but the attention kernel do). On tensor cores
-the MMA reads its operands from shared memory: real inputs at ``"tf32"`` / ``"bf16"`` run in chunks of 64 with key /
-value tiles of 32 or 64, which ``triton.autotune`` picks by timing (:func:`gateloop_configs`; the first alone under
-the interpreter); ``"tf32x3"`` and complex inputs keep chunks and tiles of 16 (at 64 they spill).
-``tests/ops/test_triton_spills.py`` compiles every configuration for sm_80 and sm_90 and finds no spills. The
-intra-chunk matrix ``A`` is still built a column at a time on the CUDA cores (``C`` iterations of ``(C, BK)`` work):
-its cost per step grows as ``C``, which is what flash-linear-attention's sub-chunks (factorised products between
+tiles of 32 the backward's ``dq/dk`` kernel spills 6 KB, at 64 all but the attention kernel do). Every precision
+runs chunks and tiles of 16. A path of chunks of 64 for real inputs at ``"tf32"`` / ``"bf16"`` (the MMA reads its
+operands from shared memory; key / value tiles of 32 or 64 picked by ``triton.autotune``, :func:`gateloop_configs`)
+is written and tested but off (:data:`TENSOR_CORE_CHUNKS`): on an H100 it ran 2.5x slower than chunks of 16
+(``benchmarks/gpu.py``, B 4, 8 heads of 64, L 16384, tf32: forward and backward 42.0 ms against 16.6 ms), because
+the intra-chunk matrix ``A`` is built a column at a time on the CUDA cores (``C`` iterations of ``(C, BK)`` work):
+its cost per step grows as ``C`` (the attention kernel 5x slower at 64, the ``dq/dk`` kernel 4x), which is what
+flash-linear-attention's sub-chunks (factorised products between sub-chunks of 16, exact within the diagonal ones)
+avoid. ``tests/ops/test_triton_spills.py`` compiles every configuration the kernels launch with for sm_80 and sm_90
+and finds no spills.
 sub-chunks of 16, exact within the diagonal ones) avoid.
 """
 from __future__ import annotations
@@ -70,6 +73,7 @@ import os
 import torch
 
 from seqlab.kernels import require_triton
+from seqlab.ops import _checks
 
 try:
     import triton
@@ -78,11 +82,12 @@ except ImportError:  # pragma: no cover - Triton ships for Linux only
     triton = None
 
 __all__ = ["gateloop_triton", "gateloop_triton_log", "gateloop_scan", "runs_on_scan", "gateloop_blocks",
-           "gateloop_warps", "gateloop_chunk", "gateloop_configs", "CHUNK", "CHUNK_TENSOR_CORES", "KERNELS",
+           "gateloop_warps", "gateloop_chunk", "gateloop_configs", "CHUNK", "CHUNK_TENSOR_CORES", "TENSOR_CORE_CHUNKS", "KERNELS",
            "PRECISIONS", "SCAN_STATE"]
 
 CHUNK = 16          # steps a chunk in full precision and on the elementwise path; also tl.dot's smallest side
-CHUNK_TENSOR_CORES = 64     # steps a chunk when the products run on tensor cores (precision tf32x3, tf32, bf16)
+CHUNK_TENSOR_CORES = 64     # steps a chunk on the tensor-core path (real inputs at tf32, bf16), when it is on
+TENSOR_CORE_CHUNKS = False  # that path: off, measured 2.5x slower than chunks of 16 on an H100 (module docstring)
 KERNELS = ("chunk_states_kernel", "chunk_attention_kernel", "chunk_output_kernel", "chunk_adjoint_kernel",
            "chunk_dqk_kernel",
            "chunk_dv_kernel")
@@ -631,8 +636,8 @@ def _on_tensor_cores(dk: int, dv: int, precision: str, cplx: bool) -> bool:
     operands from shared memory. Everything else keeps chunks and tiles of 16: a full-precision ``tl.dot`` is a
     loop of FMAs over operands held in registers (tiles of 32 spill); ``"tf32x3"`` (three MMAs and the operands'
     split) spills at chunks of 64 in four kernels, and complex inputs (four products a tile) in the adjoint kernel
-    (``ptxas -v``, sm_90, Triton 3.7)."""
-    return not cplx and precision in ("tf32", "bf16") and min(dk, dv) >= CHUNK
+    (``ptxas -v``, sm_90, Triton 3.7). Only while :data:`TENSOR_CORE_CHUNKS` is on: it is off by default."""
+    return TENSOR_CORE_CHUNKS and not cplx and precision in ("tf32", "bf16") and min(dk, dv) >= CHUNK
 
 
 def gateloop_chunk(dk: int, dv: int, precision: str = "ieee", cplx: bool = True) -> int:
@@ -913,10 +918,26 @@ def _fold_signs(q, k, a):
     ``|a|`` with queries ``q_n sigma_n`` and keys ``k_m sigma_m``, and ``S_L = diag(sigma_L) S'_L``. Returns
     ``(q sigma, k sigma, sigma_L)``: exact (products of +-1), with no value read to find out whether any ``a``
     is negative. The sign has no gradient; ``|a|`` carries ``a``'s."""
-    sign = torch.where(a < 0, -1.0, 1.0).to(q.dtype)
-    sigma = torch.cumprod(sign, dim=-2)                             # (B, H, L, dk)
-    sigma_L = sigma[..., -1, :] if sigma.shape[-2] else torch.ones_like(sign[..., 0, :])
+    sign = torch.where(a < 0, -1.0, 1.0).to(_real_dtype(q.dtype))
+    sigma = _sign_products(sign, on_scan=_checks.on_gpu(sign)).to(q.dtype)   # (B, H, L, dk)
+    sigma_L = sigma[..., -1, :] if sigma.shape[-2] else torch.ones_like(sigma[..., 0, :])
     return q * sigma, k * sigma, sigma_L
+
+
+def _sign_products(sign, *, on_scan: bool):
+    """``sigma_n = prod_{j<=n} sign_j`` along dim -2 of a real ``(..., L, dk)`` of +-1, exact in any order.
+    ``on_scan`` (the CUDA path): the Triton scan ``h_n = sign_n h_{n-1}``, ``h_0 = 1``; torch's ``cumprod`` along a
+    dimension that is not the last walks the ``L`` steps one after another in each of the ``B H dk`` columns, and
+    at ``L = 16384`` the GPU waits on that chain (``benchmarks/gpu.py`` on an H100, B 4, 8 heads of 64: the op's
+    forward took 11.25 ms around 3.7 ms of kernels; 5.3 ms on the scan)."""
+    if not on_scan or sign.shape[-2] == 0:
+        return torch.cumprod(sign, dim=-2)
+    from seqlab.ops.scan.triton import triton_linear_scan
+
+    L, d = sign.shape[-2:]
+    flat = sign.reshape(-1, L, d)
+    ones = flat.new_ones(flat.shape[0], d)
+    return triton_linear_scan(flat, torch.zeros_like(flat), ones).reshape(sign.shape)
 
 
 SCAN_STATE = 16     # heads with dk * dv up to this run on the scan (gateloop_scan), bigger ones on the chunks
