@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import re
+import time
 from pathlib import Path
 
 __all__ = ["drop_large_widget_state", "add_static_figures", "browser_found", "keep_saved_widgets"]
@@ -83,7 +84,7 @@ def keep_saved_widgets(model: dict, path: str, contents_manager, **kwargs) -> No
     os_path = os.path.join(contents_manager.root_dir, path.strip("/"))
     if not os.path.isfile(os_path):
         return
-    disk = nbformat.read(os_path, as_version=nbformat.NO_CONVERT)
+    disk = _last_saved(os_path)
     if _comparable(model["content"]) == _comparable(disk):
         model["content"] = disk                    # nothing of the learner's changed: the file, byte for byte
         return
@@ -92,6 +93,24 @@ def keep_saved_widgets(model: dict, path: str, contents_manager, **kwargs) -> No
     kept = widgets.setdefault(STATE_KEY, {"state": {}, "version_major": 2, "version_minor": 0}).setdefault("state", {})
     for mid in _shown_models(model["content"], saved, kept):
         kept[mid] = saved[mid]
+
+
+def _last_saved(os_path: str, tries: int = 50, wait_s: float = 0.02):
+    """The notebook at ``os_path`` as last saved whole. jupyter_server writes a notebook in place, after copying it
+    to an intermediate file (``.~name``) that it restores if the write fails; a save that overlaps another (an
+    autosave beside the widget manager's, at a lesson's open) finds the file truncated while that copy holds the
+    last whole version. Read whichever parses, for up to ``tries * wait_s`` seconds, then raise the file's error."""
+    import nbformat
+    from jupyter_server.services.contents.fileio import path_to_intermediate
+
+    for _ in range(tries):
+        for candidate in (os_path, path_to_intermediate(os_path)):
+            try:
+                return nbformat.read(candidate, as_version=nbformat.NO_CONVERT)
+            except (OSError, ValueError):       # absent, or half written (nbformat's NotJSONError is a ValueError)
+                continue
+        time.sleep(wait_s)
+    return nbformat.read(os_path, as_version=nbformat.NO_CONVERT)
 
 
 def drop_large_widget_state(path: str | Path, max_bytes: int = 200_000) -> list[str]:

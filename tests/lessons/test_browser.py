@@ -375,7 +375,8 @@ def test_opening_a_lesson_never_changes_it_and_its_widgets_render_every_time(les
             _wait_kernel_idle(page, 90)
             _wait_widgets_settled(page, views, 60)
             page.wait_for_timeout(SETTLED_WAIT_S * 1000)
-            assert path.read_bytes() == lesson.read_bytes(), f"{lesson.name} changed on disk after open {attempt + 1}"
+            unchanged = path.read_bytes() == lesson.read_bytes()    # a bool: pytest would diff a megabyte for hours
+            assert unchanged, f"{lesson.name} changed on disk after open {attempt + 1}"
             assert page.evaluate(f"() => window.jupyterapp.isPluginActivated('{RESTORE_PLUGIN}')"), "not loaded"
             lost = page.locator(".jp-OutputArea-output:has-text('Error displaying widget')").count()
             assert lost == 0, f"{lesson.name}, open {attempt + 1}: {lost} widgets not displayed (model not found)"

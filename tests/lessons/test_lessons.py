@@ -129,12 +129,42 @@ def test_an_untouched_lesson_saved_from_jupyterlab_stays_byte_identical(path, tm
     shutil.copy(path, tmp_path / "nb" / path.name)
     sent = _as_jupyterlab_saves(json.loads(path.read_text(encoding="utf-8")))
     _contents_manager(tmp_path, monkeypatch, hook=True).save({"type": "notebook", "content": sent}, path.name)
-    assert (tmp_path / "nb" / path.name).read_bytes() == path.read_bytes()
+    same = (tmp_path / "nb" / path.name).read_bytes() == path.read_bytes()    # a bool: no diff of a megabyte
+    assert same, f"{path.name} changed when saved untouched"
     if json.loads(path.read_text(encoding="utf-8"))["metadata"].get("widgets"):
         # without the hook the same save loses the lesson's saved widgets (what the hook is for)
         bare = _contents_manager(tmp_path, monkeypatch, hook=False)
         bare.save({"type": "notebook", "content": _as_jupyterlab_saves(json.loads(path.read_text()))}, path.name)
         assert not json.loads((tmp_path / "nb" / path.name).read_text())["metadata"]["widgets"][WIDGET_STATE]["state"]
+
+
+def test_a_save_that_overlaps_another_reads_the_last_whole_version(tmp_path, monkeypatch):
+    """Two saves at a lesson's open can overlap: jupyter_server rewrites the file in place after copying it to an
+    intermediate file, so the second save's hook may find the file truncated. It reads the copy then, and the
+    untouched lesson is still written byte for byte; with the file half written and no copy, it waits for the
+    file (here completed by a thread 0.2 s later)."""
+    import threading
+
+    from jupyter_server.services.contents.fileio import path_to_intermediate
+
+    path = REPO / "notebooks" / "04_additive_vs_multiplicative_decay.ipynb"
+    (tmp_path / "nb").mkdir()
+    target = tmp_path / "nb" / path.name
+    sent = _as_jupyterlab_saves(json.loads(path.read_text(encoding="utf-8")))
+    target.write_bytes(b"")                                          # the other save, mid-write
+    shutil.copy(path, path_to_intermediate(str(target)))            # its copy of the last whole version
+    _contents_manager(tmp_path, monkeypatch, hook=True).save({"type": "notebook", "content": sent}, path.name)
+    same = target.read_bytes() == path.read_bytes()
+    assert same, "the overlapping save did not keep the lesson as it was"
+
+    target.write_bytes(path.read_bytes()[:1000])                    # half written, no copy: the write ends soon
+    writer = threading.Timer(0.2, lambda: target.write_bytes(path.read_bytes()))
+    writer.start()
+    sent = _as_jupyterlab_saves(json.loads(path.read_text(encoding="utf-8")))
+    _contents_manager(tmp_path, monkeypatch, hook=True).save({"type": "notebook", "content": sent}, path.name)
+    writer.join()
+    same = target.read_bytes() == path.read_bytes()
+    assert same, "the save did not wait for the whole file"
 
 
 def test_an_edited_lesson_keeps_the_saved_widgets_its_outputs_show(tmp_path, monkeypatch):

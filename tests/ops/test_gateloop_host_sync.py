@@ -1,4 +1,4 @@
-"""GateLoop's GPU path reads no value on the host: no ``.item()``, no ``if tensor``, no ``.tolist()``.
+"""GateLoop's GPU path, and the scan's, read no value on the host: no ``.item()``, no ``if tensor``, no ``.tolist()``.
 
 On CUDA every such read waits for the whole queue of kernels before it (a host synchronisation). The tests
 run the op's GPU branch on the CPU: the device check is faked (``seqlab.ops._checks.on_gpu``) and the kernels
@@ -169,3 +169,31 @@ def test_debug_switch_brings_back_the_named_errors(gpu_branch, monkeypatch):
     with host_reads() as reads:
         gateloop(q, k, v, a, mode="triton")
     assert reads, "the debug switch reads values on the host"
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning", "ignore:overflow:RuntimeWarning")  # the interpreter
+@pytest.mark.parametrize("kind", ["real", "complex"])
+def test_scan_gpu_branch_reads_no_value_on_the_host(gpu_branch, monkeypatch, kind):
+    """``linear_scan(mode="triton")`` forward and backward: zero host reads and the float64 loop's values; a NaN
+    input or an overflowing state fails the device-side assertion, and ``SEQLAB_CHECK_VALUES=1`` names it."""
+    from seqlab.ops import linear_scan, linear_scan_reference
+
+    dtype = torch.complex64 if kind == "complex" else torch.float32
+    a = torch.rand(2, 37, 5) * 0.5 + 0.4
+    a = torch.polar(a, torch.rand_like(a)) if kind == "complex" else a
+    x, h0 = torch.randn(2, 37, 5, dtype=dtype), torch.randn(2, 5, dtype=dtype)
+    leaves = [t.clone().requires_grad_() for t in (a, x, h0)]
+    with host_reads() as reads:
+        h = linear_scan(*leaves, mode="triton")
+        torch.view_as_real(h).sum().backward() if h.is_complex() else h.sum().backward()
+    assert reads == [], f"host reads on the GPU path: {reads}"
+    check(h, linear_scan_reference(*(to64(t) for t in (a, x, h0))), 1e-5, f"scan GPU branch {kind}")
+    bad = x.clone()
+    bad[1, 20, 3] = float("nan")
+    with pytest.raises(RuntimeError, match="device-side check"):
+        linear_scan(a, bad, mode="triton")
+    with pytest.raises(RuntimeError, match="device-side check"):          # |a| > 1 grows the state past float32
+        linear_scan(torch.full((1, 300, 2), 2.0), torch.ones(1, 300, 2), mode="triton")
+    monkeypatch.setenv(gateloop_module.CHECK_VALUES, "1")
+    with pytest.raises(FloatingPointError, match="x"):
+        linear_scan(a, bad, mode="triton")

@@ -57,7 +57,8 @@ from __future__ import annotations
 
 import torch
 
-from seqlab.ops._checks import check_finite_inputs, check_mode, has_values, traceable_mode
+from seqlab.ops._checks import (CHECK_VALUES, check_finite_inputs, check_mode, has_values, host_checks,
+                                traceable_mode)
 from seqlab.ops.scan._common import _LOW_PRECISION, _canonical, _check_inputs
 from seqlab.ops.scan.autograd import _ScanFunction
 from seqlab.ops.scan.blocked import scan_chunk_size
@@ -124,9 +125,17 @@ def _check_finite_scan(h, reverse, **inputs):
     """NaN or inf never passes silently, at the cost of reading one state per sequence: a non-finite
     ``h_t`` stays non-finite (``a * inf`` is inf or NaN, ``0 * inf`` is NaN), so every non-finite input
     and every overflow shows in the last state of the scan. The inputs are searched only then, to name
-    the first bad value."""
+    the first bad value. On a GPU (``seqlab.ops._checks.host_checks``) the read becomes a device-side assertion,
+    so the host never waits for the scan; ``SEQLAB_CHECK_VALUES=1`` brings back the named error."""
     last = h[..., 0, :] if reverse else h[..., -1, :]
-    if has_values(last) and not torch.isfinite(last).all():
+    if not has_values(last):
+        return
+    if not host_checks(last):
+        torch._assert_async(torch.isfinite(last).all(),
+                            "linear_scan: a non-finite state (NaN or inf), from a non-finite input or an overflow "
+                            f"(device-side check); rerun with {CHECK_VALUES}=1 to have the first bad value named")
+        return
+    if not torch.isfinite(last).all():
         check_finite_inputs("linear_scan", **inputs)
         raise FloatingPointError("linear_scan: produced non-finite values (NaN or inf) from finite inputs: "
                                  "the state overflowed (|a| > 1 grows it geometrically, or the dtype's range is "
