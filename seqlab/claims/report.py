@@ -104,7 +104,9 @@ SEQLAB_PROFILE=medium python -m seqlab reproduce gateloop-memory-horizon --seeds
 
 def render_readme(gathered: dict, notes_dir: str | os.PathLike | None = None) -> str:
     """The results page: one table of every claim (``"not run yet"`` where there is no record), then one
-    section per claim with its figure, its numbers per seed, the stand-in and any notes."""
+    section per claim with its figure, its numbers per seed, the stand-in and any notes, and last the medium
+    arena's verdicts (:func:`arena_section`) where the folder holds ``arena/medium.json``."""
+    out = Path(notes_dir).parent if notes_dir else RESULTS_DIR
     records = {r["id"]: r for r in gathered.get("claims", [])}
     lines = [README_HEAD, "## All claims", "",
              "| id | paper | claim | paper value | seqlab mean ± std | verdict | command | wall time |",
@@ -117,7 +119,81 @@ def render_readme(gathered: dict, notes_dir: str | os.PathLike | None = None) ->
         note = Path(notes_dir or RESULTS_DIR / "notes") / f"{cid}.md"
         if note.is_file():
             lines += ["", note.read_text().strip()]
+    if arena_file(out).is_file():
+        lines += ["", *arena_section(out)]
     return "\n".join(lines) + "\n"
+
+
+ARENA_FIGURES = {"curves": "validation accuracy during training at each family's chosen rate",
+                 "rates": "test accuracy against the learning rate"}
+
+
+def arena_file(out: Path) -> Path:
+    """The medium arena grid of the results folder ``out``."""
+    return Path(out) / "arena" / "medium.json"
+
+
+def arena_figures(out: Path) -> dict:
+    """``{name: (title, figure)}``: the arena's learning curves and accuracy against rate, a panel per task."""
+    from seqlab.experiments import arena
+    from seqlab.viz import arena as arena_viz
+
+    data, cfg = _arena(out)
+    return {"curves": arena_viz.curves_by_task({t: arena.cell_runs(data["runs"], cfg, t) for t in cfg["tasks"]},
+                                               title=f"medium arena: {ARENA_FIGURES['curves']}"),
+            "rates": arena_viz.rates_by_task({t: arena.cell_runs(data["runs"], cfg, t, chosen_only=False)
+                                              for t in cfg["tasks"]},
+                                             title=f"medium arena: {ARENA_FIGURES['rates']}")}
+
+
+def _arena(out: Path) -> tuple[dict, dict]:
+    from seqlab.experiments import arena
+
+    return arena.load(arena_file(out)), arena.sizes("medium")
+
+
+def arena_section(out: Path) -> list[str]:
+    """The medium arena on the results page: its setup, each task's positive control and verdict
+    (:func:`seqlab.experiments.arena.rank`: a task whose control did not learn is not ranked), each family's
+    test accuracy at the base budget, and the two figures (written beside the grid by ``write_summary``)."""
+    from seqlab.experiments import arena
+
+    data, cfg = _arena(out)
+    rows = arena.summarize(data["runs"], cfg)
+    verdicts = arena.control_verdicts(data, cfg)
+    ranking = arena.rank(rows, verdicts, cfg)
+    rates = ", ".join(f"{lr:g}" for lr in cfg["lrs"])
+    lines = ["## The arena: `arena/medium.json`", "",
+             f"{len(data['runs'])} runs and {len(data.get('controls', []))} control runs: seven families on eight "
+             f"tasks at matched size (a Transformer of `d_model` {cfg['base_width']}), {cfg['steps']} steps of batch "
+             f"{cfg['batch_size']}, rates {rates} (a grid extended past an edge while the best rate sits there; the "
+             f"rate chosen on validation at seed 0), {cfg['seeds']} seeds at the chosen rate, test accuracy. Made by "
+             "`python -m seqlab experiment arena profile=medium workers=2 checkpoint_dir=results/.runs/arena` "
+             "(resumable); lesson 08 §5 reads it; `notes/arena.md` says how it was calibrated and what it replaced. "
+             f"A family is named alone only where its mean beats the next by more than both seeds' spreads and by "
+             f"more than {arena.MIN_GAP}; a task whose positive control missed its threshold is not ranked.", "",
+             "| task | positive control: test accuracy per seed (threshold) | verdict |", "|---|---|---|"]
+    for task in cfg["tasks"]:
+        v = verdicts[task]
+        control = ("none" if v["verdict"] == "no control" else
+                   f"{v['family']}: " + (" / ".join(f"{a:.3f}" for a in v["accuracy"]) or "not run yet")
+                   + f" ({v['threshold']})")
+        lines.append(f"| {task} | {control} | {ranking[task]['verdict']} |")
+    base = {(r["family"], r["task"]): r for r in arena.base_rows(rows, cfg)}
+    lines += ["", "Test accuracy, mean ± spread over the seeds, and the chosen rate:", "",
+              "| family | " + " | ".join(cfg["tasks"]) + " |", "|---|" + "---|" * len(cfg["tasks"])]
+    for family in cfg["families"]:
+        cells = [(f"{r['accuracy']:.3f} ± {r['spread']:.3f} ({r['lr']:g}"
+                  + (f", {r['seeds']} seed{'s' if r['seeds'] > 1 else ''}" if r["seeds"] < cfg["seeds"] else "") + ")")
+                 if (r := base.get((family, task))) else "—" for task in cfg["tasks"]]
+        lines.append(f"| {family} | " + " | ".join(cells) + " |")
+    for name, title in ARENA_FIGURES.items():
+        png, json_ = arena_file(out).with_name(f"medium-{name}.png"), arena_file(out).with_name(f"medium-{name}.json")
+        if png.is_file():
+            lines += ["", f"![arena: {title}](arena/{png.name})"]
+        elif json_.is_file():
+            lines += ["", f"Figure, {title}: [`arena/{json_.name}`](arena/{json_.name}) (plotly JSON)."]
+    return lines
 
 
 def _section(record: dict) -> list[str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from seqlab import config, results
 from seqlab.claims import CLAIMS, FIELDS, RESULTS_DIR, Claim, get, one_math_thread, summarize  # noqa: F401
-from seqlab.claims.report import render_readme
+from seqlab.claims.report import arena_figures, arena_file, render_readme
 from seqlab.results import machine, profile_tag
 
 __all__ = ["reproduce", "reproduce_claim", "write_summary", "gather", "default_out", "command"]
@@ -147,10 +147,14 @@ def _save_figure(record: dict, out: Path) -> str:
     name, relative to ``out``."""
     from seqlab.viz.claims import claim_figure
 
+    return save_png(claim_figure(record), out / f"{record['id']}.png", out / f"{record['id']}.plotly.json").name
+
+
+def save_png(fig, png: Path, fallback: Path) -> Path:
+    """``fig`` as the PNG ``png`` (kaleido with a Chromium), else its plotly JSON as ``fallback``; the path
+    written."""
     from seqlab.viz.nbstate import NO_BROWSER, browser_found
 
-    fig = claim_figure(record)
-    png = out / f"{record['id']}.png"
     try:
         import warnings
 
@@ -163,13 +167,12 @@ def _save_figure(record: dict, out: Path) -> str:
             warnings.simplefilter("ignore", UserWarning)
             png.write_bytes(pio.to_image(fig, format="png", width=fig.layout.width or 900,
                                          height=fig.layout.height or 420))
-        return png.name
+        return png
     except Exception as err:   # no kaleido or no Chromium: the figure's JSON, drawn by plotly anywhere
         print(f"figure: no PNG ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
               f"writing the plotly JSON instead", file=sys.stderr)
-        path = out / f"{record['id']}.plotly.json"
-        fig.write_json(str(path))
-        return path.name
+        fig.write_json(str(fallback))
+        return fallback
 
 
 def reproduce(ids=None, *, profile: str | None = None, seeds: int = 3, out=None, redo: bool = False,
@@ -198,6 +201,10 @@ def write_summary(out) -> None:
     with FileLock(str(out / "claims.json.lock")):    # two reproduce sittings side by side: the last gather has all
         gathered = gather(out)
         _write(out / "claims.json", gathered)
+        if arena_file(out).is_file():                 # the medium arena's figures, drawn from its grid as it stands
+            for name, fig in arena_figures(out).items():
+                save_png(fig, arena_file(out).with_name(f"medium-{name}.png"),
+                         arena_file(out).with_name(f"medium-{name}.json"))
         _write_text(out / "README.md", render_readme(gathered, notes_dir=out / "notes"))
 
 

@@ -50,6 +50,7 @@ from seqlab.experiments._common import Sizes, checkpointing, profile_sizes
 
 __all__ = ["FAMILIES", "TASKS", "SIZES", "arena", "core_parameters", "matched_width", "plan", "chosen_lrs", "in_grid",
            "run_key", "first_step_at", "search_rates", "rate_grid", "control_specs", "control_verdicts", "summarize",
+           "base_rows", "cell_runs", "rank", "sizes",
            "load", "default_out", "run_one", "RESULTS_DIR", "width_step", "family_order"]
 
 FAMILIES = ("transformer", "linear-transformer", "causalrn", "linear-causalrn", "lrnn", "lightnet", "gateloop")
@@ -438,6 +439,11 @@ def _default_length(cfg: dict, task: str) -> int:
 # ----------------------------------------------------------------------------------------------- results
 
 
+def sizes(profile: str) -> dict:
+    """The grid's settings in ``profile`` (quick, medium, full, or a config file or folder), as a sitting runs them."""
+    return profile_sizes(SIZES, profile, {})
+
+
 def default_out(profile: str) -> Path:
     """``results/arena/<profile>.json`` (a config file's or folder's stem for a path)."""
     from seqlab.results import profile_tag
@@ -507,6 +513,59 @@ def summarize(runs: list[dict], cfg: dict) -> list[dict]:
                      "spread": statistics.stdev(acc) if len(acc) > 1 else 0.0,
                      "wall_s": statistics.fmean(r["wall_s"] for r in rs)})
     return rows
+
+
+def base_rows(rows: list[dict], cfg: dict) -> list[dict]:
+    """The rows of :func:`summarize` at the base budget: the base width, and MQAR at its base length."""
+    return [r for r in rows if r["width"] == cfg["base_width"] and _is_base_length(r, cfg)]
+
+
+def cell_runs(runs: list[dict], cfg: dict, task: str, *, chosen_only: bool = True) -> dict:
+    """``{family: [run, ...]}`` of ``task`` at the base width and length, in this grid's setup: the runs at each
+    family's chosen rate (``chosen_only``, the seeds a ranking averages), or every rate it searched."""
+    chosen = chosen_lrs(runs, cfg)
+    out: dict = {}
+    for r in sorted(runs, key=lambda r: (family_order(r["family"]), float(r["lr"]), r["seed"])):
+        if r["task"] != task or r["width"] != cfg["base_width"] or not _is_base_length(r, cfg) or not in_grid(r, cfg):
+            continue
+        if chosen_only and chosen.get((r["family"], task)) != float(r["lr"]):
+            continue
+        out.setdefault(r["family"], []).append(r)
+    return out
+
+
+NOT_LEARNED = 0.5      # a task whose best mean stays under this is "not learned", whatever the order below it
+MIN_GAP = 0.01         # means closer than one point of accuracy are a tie, however small the seeds' spreads
+
+
+def rank(rows: list[dict], verdicts: dict, cfg: dict) -> dict:
+    """``{task: {"verdict", "leaders", "rows"}}`` at the base budget (``rows``: :func:`summarize`'s; ``verdicts``:
+    :func:`control_verdicts`'). A family is named alone only where its mean beats the runner-up's by more than
+    the two seeds' spreads together (and by more than :data:`MIN_GAP`: 0.999 against 1.000 is two solutions, not an
+    order); otherwise the leaders within that margin are listed as a tie. No ranking:
+    while the task's control has not run or did not learn (its verdict is repeated), while a family lacks seeds
+    (``"pending"``), or when the best mean is under :data:`NOT_LEARNED`."""
+    base = base_rows(rows, cfg)
+    out = {}
+    for task in cfg["tasks"]:
+        mine = sorted((r for r in base if r["task"] == task), key=lambda r: -r["accuracy"])
+        control = verdicts.get(task, {"verdict": "no control"})["verdict"]
+        seeds = {r["family"]: r["seeds"] for r in mine}
+        leaders: list = []
+        if control not in ("ranked", "no control"):
+            verdict = control
+        elif any(seeds.get(f, 0) < cfg["seeds"] for f in cfg["families"]):
+            verdict = f"pending: not every family has {cfg['seeds']} seeds yet"
+        elif mine[0]["accuracy"] < NOT_LEARNED:
+            verdict = f"not learned at this budget (best below {NOT_LEARNED})"
+        else:
+            top = mine[0]
+            leaders = [top["family"]] + [r["family"] for r in mine[1:]
+                                         if top["accuracy"] - r["accuracy"] <= max(MIN_GAP, top["spread"] + r["spread"])]
+            verdict = (top["family"] if len(leaders) == 1 else
+                       "tie: every family" if len(leaders) == len(mine) else "tie: " + ", ".join(leaders))
+        out[task] = {"verdict": verdict, "leaders": leaders, "rows": mine}
+    return out
 
 
 _STOPPING = None      # in a worker: the sitting's stop event (set once it has been asked to stop)

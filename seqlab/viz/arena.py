@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from seqlab.viz.style import SEQUENTIAL, color, new_figure
 
 __all__ = ["example_figure", "accuracy_grid", "accuracy_vs_state", "accuracy_vs_length", "training_time",
-           "learning_curves_band", "accuracy_vs_rate"]
+           "learning_curves_band", "accuracy_vs_rate", "curves_by_task", "rates_by_task"]
 
 IGNORE = -100
 
@@ -156,3 +156,69 @@ def accuracy_vs_rate(runs: list[dict], *, title: str, key: str = "accuracy") -> 
                      range=[-0.02, 1.02])
     fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.25, xanchor="left", x=0), margin=dict(b=110))
     return fig
+
+
+def _panels(by_task: dict[str, dict[str, list[dict]]], *, title: str, x_of, y_key: str, x_title: str,
+            y_title: str, log_x: bool, cols: int) -> go.Figure:
+    """One panel per task (``{task: {family: [run, ...]}}``), one colour per family in every panel (its place in
+    the legend, shown once), the seeds' mean as a line and their range as a band."""
+    tasks = list(by_task)
+    rows = -(-len(tasks) // cols)
+    families = list(dict.fromkeys(f for groups in by_task.values() for f in groups))
+    fig = new_figure(rows, cols, subplot_titles=tasks, title=title, height=80 + 230 * rows + 90, width=420 * cols,
+                     vertical_spacing=0.25 / rows, horizontal_spacing=0.07)
+    for k, task in enumerate(tasks):
+        row, col = k // cols + 1, k % cols + 1
+        for family, runs in by_task[task].items():
+            i = families.index(family)
+            xs, values = x_of(runs, y_key)
+            lo, hi = [min(v) for v in values], [max(v) for v in values]
+            mean = [sum(v) / len(v) for v in values]
+            fig.add_trace(go.Scatter(x=xs + xs[::-1], y=hi + lo[::-1], fill="toself", fillcolor=color(i),
+                                     opacity=0.2, line=dict(width=0), hoverinfo="skip", showlegend=False),
+                          row=row, col=col)
+            fig.add_trace(go.Scatter(x=xs, y=mean, name=family, legendgroup=family, showlegend=k == 0,
+                                     mode="lines+markers" if log_x else "lines",
+                                     line=dict(color=color(i), width=2), marker=dict(size=5),
+                                     hovertemplate=f"{task}<br>{family}<br>%{{x}}: mean %{{y:.3f}}<extra></extra>"),
+                          row=row, col=col)
+        last_row = k + cols >= len(tasks)           # the x title once, under the lowest panel of each column
+        fig.update_xaxes(title_text=x_title if last_row else None, type="log" if log_x else "linear", row=row, col=col,
+                         **({"dtick": 1} if log_x else {}))
+        fig.update_yaxes(range=[-0.02, 1.02], row=row, col=col, title_text=y_title if col == 1 else None)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.08, xanchor="left", x=0),
+                      margin=dict(b=100))
+    return fig
+
+
+def _curve_values(runs: list[dict], key: str):
+    steps = [s for s, _ in runs[0]["curve"]]
+    if any([s for s, _ in r["curve"]] != steps for r in runs):
+        raise ValueError(f"runs: the seeds of {runs[0]['family']}/{runs[0]['task']} were evaluated at different steps")
+    return steps, [list(v) for v in zip(*([a for _, a in r["curve"]] for r in runs))]
+
+
+def _rate_values(runs: list[dict], key: str):
+    by_lr: dict = {}
+    for r in runs:
+        by_lr.setdefault(float(r["lr"]), []).append(r[key])
+    rates = sorted(by_lr)
+    return rates, [by_lr[lr] for lr in rates]
+
+
+def curves_by_task(by_task: dict[str, dict[str, list[dict]]], *, title: str, cols: int = 2) -> go.Figure:
+    """Validation accuracy against step, a panel per task, a line per family (the seeds' mean; band: their range),
+    from ``{task: {family: [run, ...]}}`` (``seqlab.experiments.arena.cell_runs``: the runs at each family's chosen
+    rate, every one with a ``curve`` of ``[step, accuracy]``)."""
+    return _panels(by_task, title=title, x_of=_curve_values, y_key="curve", x_title="step",
+                   y_title="validation accuracy", log_x=False, cols=cols)
+
+
+def rates_by_task(by_task: dict[str, dict[str, list[dict]]], *, title: str, cols: int = 2,
+                  key: str = "accuracy") -> go.Figure:
+    """Test accuracy (``key``) against the learning rate, a panel per task, a line per family (the mean over the
+    seeds run at each rate; band: their range; a rate with one seed is a point), from ``{task: {family: [run,
+    ...]}}`` (``seqlab.experiments.arena.cell_runs(..., chosen_only=False)``). Where a line is high is the window
+    in which the family learns."""
+    return _panels(by_task, title=title, x_of=_rate_values, y_key=key, x_title="learning rate",
+                   y_title="test accuracy" if key == "accuracy" else key.replace("_", " "), log_x=True, cols=cols)

@@ -264,3 +264,47 @@ def test_an_unregistered_family_is_refused_with_the_registered_names(toy):
     models.unregister(toy)
     with pytest.raises(ValueError, match="families: unknown"):
         experiments.run("arena", profile="quick", families=[toy], out=None)
+
+
+def _row(family, task, acc, spread, seeds=3, width=16, seq_len=32):
+    return {"family": family, "task": task, "accuracy": acc, "spread": spread, "seeds": seeds, "width": width,
+            "seq_len": seq_len}
+
+
+def test_a_task_is_ranked_only_when_its_control_learned_every_family_has_its_seeds_and_the_gap_is_clear():
+    cfg = _cfg(families=["gateloop", "lrnn", "transformer"])
+    ranked = {"mqar": {"verdict": "ranked"}}
+
+    def verdict(rows, verdicts=ranked):
+        return A.rank(rows, verdicts, cfg)["mqar"]["verdict"]
+
+    clear = [_row("gateloop", "mqar", 0.95, 0.01), _row("lrnn", "mqar", 0.80, 0.05), _row("transformer", "mqar", 0.3, 0)]
+    assert verdict(clear) == "gateloop"
+    assert A.rank(clear, ranked, cfg)["mqar"]["leaders"] == ["gateloop"]
+    # within the two spreads: a tie, listed from the best
+    assert verdict([_row("gateloop", "mqar", 0.95, 0.05), _row("lrnn", "mqar", 0.90, 0.01),
+                    _row("transformer", "mqar", 0.3, 0)]) == "tie: gateloop, lrnn"
+    # two solutions with no spread are not an order
+    assert verdict([_row("gateloop", "mqar", 1.0, 0.0), _row("lrnn", "mqar", 0.995, 0.0),
+                    _row("transformer", "mqar", 0.999, 0.0)]) == "tie: every family"
+    # a best mean under 0.5 is not a ranking; nor are missing seeds; nor a control that did not learn
+    assert verdict([_row(f, "mqar", 0.4 - i / 10, 0) for i, f in enumerate(cfg["families"])]).startswith("not learned")
+    assert verdict(clear[:2] + [_row("transformer", "mqar", 0.3, 0, seeds=1)]).startswith("pending")
+    assert verdict(clear[:2]).startswith("pending")                               # a family with no row at all
+    for control in ("inconclusive: the control did not learn", "control not run yet"):
+        assert verdict(clear, {"mqar": {"verdict": control}}) == control
+    # rows off the base budget are not ranked
+    wide = [dict(r, width=24) for r in clear]
+    assert verdict(clear + [dict(wide[2], accuracy=1.0)]) == "gateloop"
+
+
+def test_cell_runs_are_the_chosen_rates_seeds_or_the_whole_search():
+    cfg = _cfg(families=["gateloop"])
+    runs = [_run("gateloop", "mqar", 0, 1e-3, val=0.9, acc=0.8), _run("gateloop", "mqar", 0, 3e-3, val=0.2, acc=0.2),
+            _run("gateloop", "mqar", 1, 1e-3, val=0.9, acc=0.7), _run("gateloop", "mqar", 0, 1e-3, 0.9, 0.8, width=24),
+            _run("gateloop", "mqar", 1, 1e-3, val=0.9, acc=0.7, steps=800)]                  # another setup's run
+    chosen = A.cell_runs(runs, cfg, "mqar")
+    assert [(r["seed"], r["lr"]) for r in chosen["gateloop"]] == [(0, 1e-3), (1, 1e-3)]
+    every = A.cell_runs(runs, cfg, "mqar", chosen_only=False)
+    assert [(r["lr"], r["seed"]) for r in every["gateloop"]] == [(1e-3, 0), (1e-3, 1), (3e-3, 0)]
+    assert A.cell_runs(runs, cfg, "memorization") == {}

@@ -283,3 +283,36 @@ def test_without_a_browser_a_claims_figure_is_its_plotly_json(tmp_path, monkeypa
     assert run._save_figure(record, tmp_path) == "gateloop-memory-horizon.plotly.json"
     assert json.loads((tmp_path / "gateloop-memory-horizon.plotly.json").read_text())["data"]
     assert "apt-get install chromium" in capsys.readouterr().err
+
+
+def test_the_results_page_ends_with_the_arenas_verdicts_and_leaves_a_task_unranked_when_its_control_failed(
+        tmp_path, monkeypatch):
+    from seqlab.claims import report
+    from seqlab.experiments import arena
+
+    cfg = {**arena.SIZES["quick"], "families": ["gateloop", "lrnn"], "lrs": [1e-3], "seeds": 2,
+           "tasks": {t: arena.SIZES["quick"]["tasks"][t] for t in ("mqar", "memorization")},
+           "controls": {t: {"family": "transformer", "lr": 1e-3, "threshold": 0.99} for t in ("mqar", "memorization")}}
+
+    def run(family, task, seed, acc, **kw):
+        return {"family": family, "task": task, "seed": seed, "lr": 1e-3, "width": cfg["base_width"], "seq_len": 32,
+                "accuracy": acc, "validation_accuracy": acc, "steps": cfg["steps"], "d_model": 16, "params": 1,
+                "state_size": 1, "wall_s": 1.0, "curve": [[0, 0.0], [40, acc]], **kw}
+
+    runs = [run(f, t, s, acc) for t in ("mqar", "memorization") for s in (0, 1)
+            for f, acc in (("gateloop", 0.95), ("lrnn", 0.60))]
+    controls = [run("transformer", "mqar", s, 1.0, control=True, threshold=0.99) for s in (0, 1)]
+    controls += [run("transformer", "memorization", s, a, control=True, threshold=0.99) for s, a in ((0, 1.0), (1, 0.5))]
+    (tmp_path / "arena").mkdir()
+    (tmp_path / "arena" / "medium.json").write_text(json.dumps({"runs": runs, "controls": controls}))
+    monkeypatch.setattr(report, "_arena", lambda out: (arena.load(report.arena_file(out)), cfg))
+    page = claims.render_readme({"claims": []}, notes_dir=tmp_path / "notes")
+    section = page[page.index("## The arena"):]
+    assert "| mqar | transformer: 1.000 / 1.000 (0.99) | gateloop |" in section
+    assert "| memorization | transformer: 1.000 / 0.500 (0.99) | inconclusive: the control did not learn |" in section
+    assert "| gateloop | 0.950 ± 0.000 (0.001) | 0.950 ± 0.000 (0.001) |" in section
+    assert "![arena" not in section                                  # no figure drawn yet, none linked
+    (tmp_path / "arena" / "medium-curves.png").write_bytes(b"png")
+    assert "![arena: validation accuracy during training at each family's chosen rate](arena/medium-curves.png)" in (
+        claims.render_readme({"claims": []}, notes_dir=tmp_path / "notes"))
+    assert "## The arena" not in claims.render_readme({"claims": []}, notes_dir=tmp_path / "elsewhere" / "notes")

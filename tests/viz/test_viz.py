@@ -505,6 +505,29 @@ def test_accuracy_vs_rate_draws_each_familys_window_with_its_seeds():
         accuracy_vs_rate([], title="t")
 
 
+def test_the_arenas_panels_keep_one_colour_per_family_and_its_legend_once():
+    from seqlab.viz.arena import curves_by_task, rates_by_task
+
+    def run(family, lr, seed, acc):
+        return {"family": family, "task": "t", "lr": lr, "seed": seed, "accuracy": acc,
+                "curve": [[0, 0.0], [10, acc]]}
+
+    by_task = {"mqar": {"a": [run("a", 1e-3, 0, 0.4), run("a", 1e-3, 1, 0.6)], "b": [run("b", 1e-3, 0, 0.9)]},
+               "copying": {"b": [run("b", 1e-3, 0, 1.0), run("b", 3e-3, 0, 0.5)]}}
+    fig = curves_by_task({"mqar": by_task["mqar"], "copying": {"b": by_task["copying"]["b"][:1]}}, title="t")
+    lines = [d for d in fig.data if d.name]
+    assert [(d.name, d.showlegend) for d in lines] == [("a", True), ("b", True), ("b", False)]
+    assert lines[1].line.color == lines[2].line.color != lines[0].line.color        # b keeps its colour
+    assert list(lines[0].y) == pytest.approx([0.0, 0.5]) and lines[2].xaxis == "x2"
+    rates = rates_by_task(by_task, title="t")
+    b_copying = [d for d in rates.data if d.name == "b"][-1]
+    assert list(b_copying.x) == [1e-3, 3e-3] and list(b_copying.y) == pytest.approx([1.0, 0.5])
+    assert rates.layout.xaxis.type == rates.layout.xaxis2.type == "log"
+    with pytest.raises(ValueError, match="different steps"):
+        curves_by_task({"mqar": {"a": [run("a", 1e-3, 0, 0.4), {**run("a", 1e-3, 1, 0.4), "curve": [[0, 0.1]]}]}},
+                       title="t")
+
+
 def test_a_task_example_reads_at_the_notebook_width_every_label_in_its_cell():
     """The arena lesson's strip: 16 tokens a row at 12 px in a 720 px figure (JupyterLab's and the book's column),
     every scored position showing its label."""
