@@ -208,6 +208,10 @@ RETRACTED = {
     "could be read on this offline workbench": "the compared settings come from the authors' configs",
     "stored copies stop": "as above",
     "Triton kernel, all checked against each other": "the committed run is on a CPU: its Triton cells are skipped",
+    # the first medium arena grid drew the Transformer by GPT-2's std 0.02 at width 48: what it found of attention
+    # was its initialisation's (lesson 08, §5h; results/notes/arena.md)
+    "is not reproduced at this budget": "Zoology's attention result holds in the new grid (lesson 08, §5i)",
+    "constant-size memory wins on speed of learning": "learning speed at a small budget is not capacity (lesson 07, §8)",
 }
 
 
