@@ -173,7 +173,7 @@ def _panels(by_task: dict[str, dict[str, list[dict]]], *, title: str, x_of, y_ke
             i = families.index(family)
             xs, values = x_of(runs, y_key)
             lo, hi = [min(v) for v in values], [max(v) for v in values]
-            mean = [sum(v) / len(v) for v in values]
+            mean = [round(sum(v) / len(v), 6) for v in values]     # the records' precision, not float noise
             fig.add_trace(go.Scatter(x=xs + xs[::-1], y=hi + lo[::-1], fill="toself", fillcolor=color(i),
                                      opacity=0.2, line=dict(width=0), hoverinfo="skip", showlegend=False),
                           row=row, col=col)

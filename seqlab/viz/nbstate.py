@@ -162,9 +162,19 @@ def browser_found() -> bool:
     return any(shutil.which(n) for n in names)
 
 
+STATIC_PIXELS = 340_000    # a static figure's PNG: at most this many pixels (a 760 x 440 figure), a fallback picture
+
+
+def static_scale(width: int, height: int, pixels: int = STATIC_PIXELS) -> float:
+    """The scale of a figure's PNG: 1 up to ``pixels`` pixels, smaller beyond, so that a tall many-panel figure
+    does not weigh a lesson down (its interactive plotly version keeps the full size)."""
+    return min(1.0, (pixels / (width * height)) ** 0.5)
+
+
 def add_static_figures(path: str | Path, width: int = 800, height: int = 450) -> int:
     """Add a PNG of each plotly output that lacks one (the figure's own width and height where it sets them,
-    else ``width`` x ``height``). Returns how many were added; rewrites the file only when some were."""
+    else ``width`` x ``height``, scaled down to :data:`STATIC_PIXELS` pixels). Returns how many were added;
+    rewrites the file only when some were."""
     import base64
     import warnings
 
@@ -190,8 +200,8 @@ def add_static_figures(path: str | Path, width: int = 800, height: int = 450) ->
             layout = fig.get("layout", {})
             with warnings.catch_warnings():     # "kopts ignored with a server": plotly.js comes from the server
                 warnings.simplefilter("ignore", UserWarning)
-                png = pio.to_image(fig, format="png", validate=False, width=layout.get("width") or width,
-                                   height=layout.get("height") or height)
+                w, h = layout.get("width") or width, layout.get("height") or height
+                png = pio.to_image(fig, format="png", validate=False, width=w, height=h, scale=static_scale(w, h))
             out["data"][PNG_KEY] = base64.b64encode(png).decode("ascii")
     finally:
         kaleido.stop_sync_server(silence_warnings=True)

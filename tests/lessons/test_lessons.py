@@ -210,8 +210,11 @@ RETRACTED = {
     "Triton kernel, all checked against each other": "the committed run is on a CPU: its Triton cells are skipped",
     # the first medium arena grid drew the Transformer by GPT-2's std 0.02 at width 48: what it found of attention
     # was its initialisation's (lesson 08, §5h; results/notes/arena.md)
+    "flat, at the *bottom*": "drawn for its width the Transformer solves MQAR at every width (lesson 08, §5g)",
     "is not reproduced at this budget": "Zoology's attention result holds in the new grid (lesson 08, §5i)",
     "constant-size memory wins on speed of learning": "learning speed at a small budget is not capacity (lesson 07, §8)",
+    "yet it learns neither recall task": "the Transformer solves both recall tasks at 3000 steps (lesson 08, §5g)",
+    "One family learns the lookup at this budget": "three do: the two caches and LightNet (lesson 08, §5d)",
 }
 
 
