@@ -72,14 +72,18 @@ def lesson_table(ids, here: dict | None = None, *, path=None) -> list[dict]:
         medium = ("not run yet" if record is None else
                   f"{record['better']} {_mean_std(record, record['better'])} vs "
                   f"{record['worse']} {_mean_std(record, record['worse'])} ({len(record['seeds'])} seeds)")
+        search = (record or {}).get("rate_search") or {}
+        rates = ", ".join(f"{arm} {s['chosen_lr']:g}" for arm, s in search.items())
         rows.append({"id": claim_id, "paper": claim.paper, "statement": claim.statement, "paper_value": _paper(claim),
-                     "medium": medium, "verdict": record["verdict"] if record else "—",
+                     "medium": medium, "rates": rates, "verdict": record["verdict"] if record else "—",
                      "here": here.get(claim_id, "—"),
                      "full": f"SEQLAB_PROFILE=full python -m seqlab reproduce {claim_id} --seeds 3"})
     for row in rows:
         print(f"{row['id']} ({row['paper']}): {row['statement']}")
         print(f"    paper:            {row['paper_value']}")
         print(f"    medium (CPU):     {row['medium']}  ->  {row['verdict']}")
+        if row["rates"]:
+            print(f"    rates chosen:     {row['rates']} (each arm's, on seed 0's validation split)")
         print(f"    this lesson:      {row['here']}")
         print(f"    full run:         {row['full']}")
     return rows
@@ -91,9 +95,13 @@ Written by `python -m seqlab reproduce` (`seqlab/claims/`) from `claims.json`; d
 claim runs over several seeds (every run watched on a validation split, the test split read once for the
 number reported) and its verdict follows one rule: **reproduced** when the mean of the arm that should win
 beats the mean of its strongest rival by more than twice the larger seed standard deviation (sample std),
-**partly** when it wins by less, **not reproduced** otherwise. Paper values are on the papers' own data; the
-stand-in seqlab uses is said under each claim. Notes on what was tried, where a claim does not hold, are in
-`notes/<id>.md` and shown under the claim.
+**partly** when it wins by less, **not reproduced** otherwise, and **inconclusive: the control did not learn**
+when the claim's positive control (an arm known to solve the task) missed its threshold in a seed: then the
+arms are not compared. Every arm runs at its own learning rate: seed 0 at the profile's rate times 1/3, 1 and 3
+(extended by a factor of 3 past an edge while the best sits there, at most twice a side), the rate with the
+best validation value kept, seeds 1 and 2 at it. Paper values are on the papers' own data; the stand-in seqlab
+uses is said under each claim. Notes on what was tried, where a claim does not hold, are in `notes/<id>.md` and
+shown under the claim.
 
 ```bash
 SEQLAB_PROFILE=medium python -m seqlab reproduce            # every claim not yet done; --redo to run again
@@ -196,6 +204,29 @@ def arena_section(out: Path) -> list[str]:
     return lines
 
 
+def _control_lines(record: dict) -> list[str]:
+    control = record.get("control")
+    if not control:
+        return []
+    values = " / ".join(fmt(v) for v in control["values"])
+    return ["", f"Positive control: {control['arm']} must reach {control['threshold']} in every seed "
+                f"({control['source']}): {values}, **{'passed' if control['passed'] else 'missed'}**."]
+
+
+def _rate_lines(record: dict) -> list[str]:
+    search = record.get("rate_search")
+    if not search:
+        return ["", f"One learning rate ({record['one_rate']})."] if record.get("one_rate") else []
+    metric = record["metric"]
+    lines = ["", "Learning rates searched on seed 0 (validation value at each; a diverged run: —), each arm's seeds "
+                 "at the rate chosen:", "", "| arm | rates | validation | chosen |", "|---|---|---|---|"]
+    for arm, s in search.items():
+        edge = " (at the grid's edge: not known to be its best)" if s["at_edge"] else ""
+        lines.append(f"| {arm} | {', '.join(f'{lr:g}' for lr in s['lr_grid'])} | "
+                     f"{' / '.join(fmt(v, metric) for v in s['validation'])} | {s['chosen_lr']:g}{edge} |")
+    return lines
+
+
 def _section(record: dict) -> list[str]:
     metric = record["metric"]
     lines = [f"Metric: {metric} ({'higher' if record['higher_is_better'] else 'lower'} is better). "
@@ -207,6 +238,7 @@ def _section(record: dict) -> list[str]:
         cens = record.get("censored", {}).get(arm, [False] * len(values))
         cells = " | ".join(fmt(v, metric) + (" (censored)" if c else "") for v, c in zip(values, cens))
         lines.append(f"| {arm} | {cells} | {_mean_std(record, arm)} | {fmt(record['paper_values'].get(arm))} |")
+    lines += _control_lines(record) + _rate_lines(record)
     figure = record.get("figure")
     if figure and figure.endswith(".png"):
         lines += ["", f"![{record['id']}]({figure})"]

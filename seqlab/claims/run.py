@@ -69,25 +69,140 @@ def _check_runs_folder(folder: Path, sizes: dict) -> None:
                          "them again")
 
 
-def _run_seed(claim: Claim, seed: int, folder: Path, profile: str, progress: bool) -> dict:
-    """One seed's result: read back where it finished before, else run (resuming its checkpoints) and kept."""
-    path = folder / f"seed{seed}" / "result.json"
+RATE_STEP = 3               # a rate search's grid: the profile's rates times 3 ** k
+SEARCH = (-1, 0, 1)        # the k a search starts from: a third of the profile's rates, them, three times them
+
+
+def searched(claim: Claim, profile: str) -> bool:
+    """Whether the claim's rates are searched in ``profile``: every claim that compares trained arms, in every
+    profile but the quick one (a lesson's minutes: its one rate, as the arena's quick grid)."""
+    return claim.one_rate is None and profile_tag(profile) != "quick"
+
+
+def rates_at(claim: Claim, sizes: dict, k: int) -> dict:
+    """The profile's learning rates times ``RATE_STEP ** k`` (3 significant digits)."""
+    return {key: float(f"{sizes[key] * RATE_STEP ** k:.3g}") for key in claim.rate_keys(sizes)}
+
+
+def _run_seed(claim: Claim, seed: int, folder: Path, profile: str, progress: bool, k: int | None = None,
+              sizes: dict | None = None) -> dict:
+    """One seed's result (at the rates ``rates_at(k)``, ``k`` None: the profile's, unsearched): read back where it
+    finished before, else run (resuming its checkpoints) and kept. A run whose loss diverged is kept as
+    ``{"diverged": why}`` (a rate too large: a search moves away from it)."""
+    where = folder / f"seed{seed}" / ("" if k is None else f"rate{k:+d}")
+    path = where / "result.json"
     done = _read(path)
     if done is not None:
         return done
-    partial_path = folder / f"seed{seed}" / "interrupted_s.json"
+    partial_path = where / "interrupted_s.json"
     before = (_read(partial_path) or {}).get("seconds", 0.0)
     start = time.perf_counter()
     from seqlab import train
 
+    rates = None if k is None else rates_at(claim, sizes, k)
     try:
         with train.observe() as runs:      # every trained run: its start (checked), its curve, its steps to 0.9/0.99
-            result = claim.run(seed, profile=profile, folder=str(folder / f"seed{seed}"), progress=progress)
+            result = claim.run(seed, profile=profile, folder=str(where), progress=progress, rates=rates)
+    except FloatingPointError as err:
+        if k is None:
+            raise
+        result, runs = {"diverged": str(err)}, []
     except BaseException:
         _write(partial_path, {"seconds": before + time.perf_counter() - start})
         raise
-    result = json.loads(json.dumps({**result, "runs": runs, "wall_s": before + time.perf_counter() - start}))
+    result = json.loads(json.dumps({**result, "runs": runs, "rates": rates,
+                                    "wall_s": before + time.perf_counter() - start}))
     _write(path, result)
+    return result
+
+
+def _score(claim: Claim, result: dict, arm: str) -> float:
+    """What a search ranks ``arm`` by at one rate: its validation value (``choose`` where the claim's metric is
+    itself read on the validation split), larger is better; a diverged run ranks last."""
+    if "diverged" in result:
+        return float("-inf")
+    key = "choose" if claim.choose is not None else "validation"
+    value = result.get(key, {}).get(arm)
+    if value is None:
+        raise ValueError(f"{claim.id}: a rate search chooses on the validation split, and this profile's sizes "
+                         "give the experiment none (add validation_size or the task's validation split)")
+    return float(value) if claim.higher_is_better else -float(value)
+
+
+def search_grid(scores: dict) -> list[int]:
+    """The k one arm's search needs, given its scores so far (``{k: score}``): :data:`SEARCH`, and while its best
+    sits at an edge, the next k beyond it (at most ``arena.MAX_EXTENSIONS`` a side), so that the chosen rate lies
+    strictly inside what was searched (ties: inside before an edge, then the smaller rate)."""
+    from seqlab.experiments.arena import MAX_EXTENSIONS, best_rate
+
+    ks = list(SEARCH)
+    while all(k in scores for k in ks):
+        best = best_rate(scores, ks)
+        if best == ks[0] and ks[0] > SEARCH[0] - MAX_EXTENSIONS:
+            ks.insert(0, ks[0] - 1)
+        elif best == ks[-1] and ks[-1] < SEARCH[-1] + MAX_EXTENSIONS:
+            ks.append(ks[-1] + 1)
+        else:
+            break
+    return ks
+
+
+def _search(claim: Claim, folder: Path, profile: str, progress: bool, sizes: dict) -> tuple[dict, dict]:
+    """Seed 0 over the rate grid, extended arm by arm (:func:`search_grid`): ``({k: result}, {arm: grid})``."""
+    by_k: dict[int, dict] = {}
+    needed = list(SEARCH)
+    while any(k not in by_k for k in needed):
+        for k in needed:
+            if k not in by_k:
+                by_k[k] = _run_seed(claim, 0, folder, profile, progress, k, sizes)
+        grids = {arm: search_grid({k: _score(claim, r, arm) for k, r in by_k.items()}) for arm in claim.arms}
+        needed = sorted(set().union(*grids.values()))
+    return by_k, grids
+
+
+def _searched_seeds(claim: Claim, seeds: list[int], folder: Path, profile: str, progress: bool,
+                    sizes: dict) -> tuple[list[dict], dict]:
+    """Every seed with each arm at the rate its seed-0 search chose: the experiment runs once per distinct chosen
+    rate and each arm is read from its own rate's run. Returns the per-seed results and the search's record."""
+    from seqlab.experiments.arena import best_rate
+
+    by_k, grids = _search(claim, folder, profile, progress, sizes)
+    chosen = {arm: best_rate({k: _score(claim, by_k[k], arm) for k in grids[arm]}, grids[arm]) for arm in claim.arms}
+    out = []
+    for seed in seeds:
+        runs = {k: (by_k[k] if seed == 0 else _run_seed(claim, seed, folder, profile, progress, k, sizes))
+                for k in sorted(set(chosen.values()))}
+        diverged = [f"rate x{RATE_STEP}^{k}: {r['diverged']}" for k, r in runs.items() if "diverged" in r]
+        if diverged:
+            raise FloatingPointError(f"{claim.id}, seed {seed}: a chosen rate diverged ({'; '.join(diverged)})")
+        out.append(_combine(claim, runs, chosen, seed, by_k))
+    search = {}
+    for arm in claim.arms:
+        key, grid = claim.rate_key(arm, sizes), grids[arm]
+        search[arm] = {"key": key, "lr_grid": [rates_at(claim, sizes, k)[key] for k in grid],
+                       "chosen_lr": rates_at(claim, sizes, chosen[arm])[key],
+                       "validation": [None if "diverged" in by_k[k] else
+                                      by_k[k]["choose" if claim.choose is not None else "validation"][arm]
+                                      for k in grid],
+                       "extended": len(grid) > len(SEARCH),
+                       "at_edge": chosen[arm] in (grid[0], grid[-1])}     # only once the extensions ran out
+    return out, search
+
+
+def _combine(claim: Claim, runs: dict, chosen: dict, seed: int, searched_runs: dict) -> dict:
+    """One seed's result from its runs at the chosen rates (``{k: result}``): each arm read from its own rate's
+    run, the control from the control arm's; every trained run of the seed kept (seed 0: the whole search)."""
+    result = {}
+    for key in ("values", "validation", "censored", "choose"):
+        if key in runs[chosen[claim.better]]:
+            result[key] = {arm: runs[chosen[arm]][key][arm] for arm in claim.arms}
+    if claim.control is not None:
+        result["control"] = runs[chosen[claim.control.arm]]["control"]
+    if "details" in runs[chosen[claim.better]]:
+        result["details"] = runs[chosen[claim.better]]["details"]
+    kept = searched_runs if seed == 0 else runs
+    result["runs"] = [{**run, "lr_factor": f"{RATE_STEP}^{k}"} for k in sorted(kept) for run in kept[k]["runs"]]
+    result["wall_s"] = sum(r["wall_s"] for r in kept.values())
     return result
 
 
@@ -108,17 +223,26 @@ def reproduce_claim(claim_id: str, *, profile: str | None = None, seeds: int = 3
     tag, seed_list = profile_tag(profile), list(range(seeds))
     sizes = claim.sizes(profile)
     existing = _read(out / f"{claim.id}.json")
+    search = searched(claim, profile)
     if not redo and existing and (existing.get("profile"), existing.get("seeds")) == (tag, seed_list) \
-            and existing.get("sizes") == json.loads(json.dumps(sizes)):
+            and existing.get("sizes") == json.loads(json.dumps(sizes)) and bool(existing.get("rate_search")) == search:
         return existing
     folder = out / ".runs" / tag / claim.id
     if redo and folder.exists():
         shutil.rmtree(folder)
     _check_runs_folder(folder, sizes)
     with one_math_thread():
-        results = [_run_seed(claim, seed, folder, profile, progress)
-                   for seed in tqdm(seed_list, desc=f"{claim.id} ({tag})", disable=not progress, unit="seed")]
+        if search:
+            results, rate_search = _searched_seeds(claim, seed_list, folder, profile, progress, sizes)
+        else:
+            results = [_run_seed(claim, seed, folder, profile, progress)
+                       for seed in tqdm(seed_list, desc=f"{claim.id} ({tag})", disable=not progress, unit="seed")]
+            rate_search = None
     record = _record(claim, profile, seed_list, results, sizes)
+    record["rate_search"] = rate_search
+    if rate_search is None:
+        record["one_rate"] = claim.one_rate or f"the {tag} profile runs each claim at its one rate"
+    record = json.loads(json.dumps(record))
     out.mkdir(parents=True, exist_ok=True)
     record["figure"] = _save_figure(record, out)
     _write(out / f"{claim.id}.json", record)

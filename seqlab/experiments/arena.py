@@ -49,8 +49,8 @@ from seqlab.train import INITIAL_LOSS_TOLERANCE, THRESHOLDS, check_initial_loss,
 from seqlab.experiments._common import Sizes, checkpointing, profile_sizes
 
 __all__ = ["FAMILIES", "TASKS", "SIZES", "arena", "core_parameters", "matched_width", "plan", "chosen_lrs", "in_grid",
-           "run_key", "first_step_at", "search_rates", "rate_grid", "control_specs", "control_verdicts", "summarize",
-           "base_rows", "cell_runs", "rank", "sizes",
+           "run_key", "first_step_at", "search_rates", "best_rate", "rate_grid", "control_specs", "control_verdicts",
+           "summarize", "base_rows", "cell_runs", "rank", "sizes",
            "load", "default_out", "run_one", "RESULTS_DIR", "width_step", "family_order"]
 
 FAMILIES = ("transformer", "linear-transformer", "causalrn", "linear-causalrn", "lrnn", "lightnet", "gateloop")
@@ -304,7 +304,7 @@ def _base_length(cfg: dict, task: str):
 MAX_EXTENSIONS = 2     # rates a search may add beyond each edge of the profile's grid
 
 
-def _best(by_lr: dict, rates: list[float]) -> float:
+def best_rate(by_lr: dict, rates: list[float]) -> float:
     """The rate of ``rates`` with the best validation accuracy. Ties (a task every rate solves) go to a rate inside
     the grid before one at its edge, then to the smaller: a tie at an edge is no reason to search further."""
     rates = sorted(rates)
@@ -325,7 +325,7 @@ def search_rates(by_lr: dict, cfg: dict) -> list[float]:
     step = rates[1] / rates[0]
     added = {"low": 0, "high": 0}
     while all(lr in by_lr for lr in rates):
-        best = _best(by_lr, rates)
+        best = best_rate(by_lr, rates)
         if best == rates[0] and added["low"] < MAX_EXTENSIONS:
             rates.insert(0, float(f"{rates[0] / step:.3g}"))
             added["low"] += 1
@@ -353,7 +353,7 @@ def chosen_lrs(runs: list[dict], cfg: dict) -> dict:
             by_lr = _search(runs, cfg, family, task)
             rates = search_rates(by_lr, cfg)
             if all(lr in by_lr for lr in rates):
-                out[(family, task)] = _best(by_lr, rates)
+                out[(family, task)] = best_rate(by_lr, rates)
     return out
 
 
@@ -363,7 +363,7 @@ def rate_grid(runs: list[dict], cfg: dict, family: str, task: str) -> dict:
     three rates, or one that reached :data:`MAX_EXTENSIONS`): then the rate is not known to be the best."""
     by_lr = _search(runs, cfg, family, task)
     rates = search_rates(by_lr, cfg)
-    chosen = _best(by_lr, rates) if all(lr in by_lr for lr in rates) else None
+    chosen = best_rate(by_lr, rates) if all(lr in by_lr for lr in rates) else None
     return {"rates": rates, "chosen": chosen, "extended": len(rates) > len(cfg["lrs"]),
             "at_edge": chosen is not None and (len(rates) < 3 or chosen in (rates[0], rates[-1]))}
 

@@ -9,6 +9,7 @@ from helpers import TESTS
 from seqlab import claims, experiments, train
 from seqlab.__main__ import main
 from seqlab.experiments import _common
+from seqlab.experiments.arena import MAX_EXTENSIONS
 
 TINY = str(TESTS / "tiny_profile")
 
@@ -111,8 +112,16 @@ def _check_record(record: dict, claim: claims.Claim, seeds: int = 3) -> None:
     assert record["worse"] == claims.strongest_rival(record["arms"], claim.rivals, claim.higher_is_better)
     assert set(record["arms"]) == set(claim.arms) and all(len(v) == seeds for v in record["arms"].values())
     censored = record.get("censored", {}).get(claim.better, ())
-    assert record["verdict"] == claims.verdict(record["arms"][claim.better], record["arms"][record["worse"]],
-                                               higher_is_better=claim.higher_is_better, better_censored=censored)
+    compared = claims.verdict(record["arms"][claim.better], record["arms"][record["worse"]],
+                              higher_is_better=claim.higher_is_better, better_censored=censored)
+    if claim.control is None:
+        assert "control" not in record and record["verdict"] == compared
+    else:                                   # a control that missed in one seed: the arms are not compared
+        control = record["control"]
+        assert control["arm"] == claim.control.arm and len(control["values"]) == seeds
+        assert control["passed"] == all(v >= claim.control.threshold for v in control["values"])
+        assert record["verdict"] == (compared if control["passed"] else claims.INCONCLUSIVE)
+    _check_rates(record, claim)
     assert record["seeds"] == list(range(seeds)) and record["wall_s"] >= 0
     assert {"cpu", "cores", "torch"} <= set(record["machine"])
     assert record["command"].startswith("python -m seqlab reproduce " + claim.id)
@@ -129,6 +138,22 @@ def _check_record(record: dict, claim: claims.Claim, seeds: int = 3) -> None:
             assert all(v == record["sizes"]["steps"] for v, c in zip(record["arms"][arm], flags) if c)
 
 
+def _check_rates(record: dict, claim: claims.Claim) -> None:
+    """Each arm's rate chosen on seed 0 strictly inside a grid of at least three (or at its edge, said so); a claim
+    with nothing trained to compare says why it runs at one rate."""
+    if claim.one_rate is not None:
+        assert record["rate_search"] is None and record["one_rate"] == claim.one_rate
+        return
+    assert set(record["rate_search"]) == set(claim.arms)
+    for arm, search in record["rate_search"].items():
+        grid = search["lr_grid"]
+        assert len(grid) >= 3 and grid == sorted(grid) and search["chosen_lr"] in grid
+        assert search["key"] == claim.rate_key(arm, record["sizes"])
+        assert search["at_edge"] == (search["chosen_lr"] in (grid[0], grid[-1]))
+        assert search["at_edge"] <= (len(grid) >= 3 + MAX_EXTENSIONS)      # an edge only once the extensions ran out
+        assert search["extended"] == (len(grid) > 3)
+
+
 @pytest.fixture(scope="module")
 def tiny_results(tmp_path_factory):
     out = tmp_path_factory.mktemp("results")
@@ -143,7 +168,7 @@ def test_every_claim_runs_end_to_end_at_tiny_sizes(tiny_results):
         _check_record(record, claims.CLAIMS[record["id"]])
         assert json.loads((out / f"{record['id']}.json").read_text()) == record
         assert (out / record["figure"]).is_file()
-        assert (out / ".runs" / "tiny_profile" / record["id"] / "seed2" / "result.json").is_file()
+        assert any((out / ".runs" / "tiny_profile" / record["id"] / "seed2").rglob("result.json"))   # kept
     gathered = json.loads((out / "claims.json").read_text())
     assert [r["id"] for r in gathered["claims"]] == list(claims.CLAIMS)
     page = (out / "README.md").read_text()
@@ -166,25 +191,85 @@ def test_a_claim_done_in_this_profile_is_skipped_and_redo_runs_it_again(tiny_res
 
 
 def test_an_interrupted_claim_resumes_from_its_kept_seeds(tmp_path, monkeypatch):
-    """A claim stopped after its first seed keeps that seed; the same call again runs only the others."""
+    """A claim stopped in its second run keeps the first; the same call again runs only what is left."""
     claim = claims.CLAIMS["causalrn-copying"]
     calls = []
 
     one_seed = claims.Claim.run
 
-    def run(self, seed, **kw):
-        calls.append(seed)
-        if seed == 1 and len(calls) == 2:
+    def run(self, seed, rates=None, **kw):
+        calls.append((seed, json.dumps(rates)))
+        if len(calls) == 2:
             raise KeyboardInterrupt
-        return one_seed(self, seed, **kw)
+        return one_seed(self, seed, rates=rates, **kw)
 
     monkeypatch.setattr(claims.Claim, "run", run)
     with pytest.raises(KeyboardInterrupt):
         claims.reproduce_claim(claim.id, profile=TINY, out=tmp_path, progress=False)
     folder = tmp_path / ".runs" / "tiny_profile" / claim.id
-    assert (folder / "seed0" / "result.json").is_file() and (folder / "seed1" / "interrupted_s.json").is_file()
+    assert (folder / "seed0" / "rate-1" / "result.json").is_file()
+    assert (folder / "seed0" / "rate+0" / "interrupted_s.json").is_file()
     record = claims.reproduce_claim(claim.id, profile=TINY, out=tmp_path, progress=False)
-    assert calls == [0, 1, 1, 2] and len(record["arms"]["causalrn"]) == 3
+    assert calls[2] == calls[1] and calls[0] not in calls[1:] and len(calls) == len(set(calls)) + 1
+    assert len(record["arms"]["causalrn"]) == 3
+
+
+def test_the_search_extends_past_an_edge_and_stops_after_two_steps():
+    grid = claims.run.search_grid
+    assert grid({}) == [-1, 0, 1]
+    assert grid({-1: 0.1, 0: 0.5, 1: 0.3}) == [-1, 0, 1]                    # best inside: done
+    assert grid({-1: 0.1, 0: 0.2, 1: 0.3}) == [-1, 0, 1, 2]                 # best at the top: one more above
+    assert grid({-1: 0.1, 0: 0.2, 1: 0.3, 2: 0.25}) == [-1, 0, 1, 2]
+    assert grid({-1: 0.5, 0: 0.2, 1: 0.3, -2: 0.6, -3: 0.7}) == [-3, -2, -1, 0, 1]   # two extensions at most
+    assert grid({-1: 1.0, 0: 1.0, 1: 1.0}) == [-1, 0, 1]                    # a tie goes inside
+    assert grid({-1: 0.3, 0: 0.5, 1: float("-inf")}) == [-1, 0, 1]          # a diverged rate ranks last
+
+
+def _fake_run(best_k: dict, calls: list):
+    """A claim's run without training: each arm's validation value peaks at its rate ``best_k[arm]`` (x3**k), and
+    its test value names the rate it was read at."""
+    base = claims.CLAIMS["causalrn-copying"].sizes(TINY)["lr"]
+
+    def run(self, seed, *, rates=None, **kw):
+        k = round(math.log(rates["lr"] / base, 3))
+        calls.append((seed, k))
+        return {"values": {arm: 10 * seed + k for arm in self.arms},
+                "validation": {arm: 1.0 - abs(k - best_k[arm]) / 10 for arm in self.arms},
+                "control": 1.0}
+    return run
+
+
+def test_each_arm_runs_at_its_own_chosen_rate_read_from_that_rates_run(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(claims.Claim, "run", _fake_run({"causalrn": 0, "linear-causalrn": 2}, calls))
+    record = claims.reproduce_claim("causalrn-copying", profile=TINY, out=tmp_path, progress=False)
+    # seed 0: the grid, then 2 and 3 (the linear arm's best at the top twice); seeds 1 and 2 at k = 0 and 2 only
+    assert calls == [(0, -1), (0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 2), (2, 0), (2, 2)]
+    assert record["arms"] == {"causalrn": [0, 10, 20], "linear-causalrn": [2, 12, 22]}
+    search = record["rate_search"]
+    assert search["causalrn"]["lr_grid"] == [0.00333, 0.01, 0.03] and search["causalrn"]["chosen_lr"] == 0.01
+    assert search["linear-causalrn"]["lr_grid"] == [0.00333, 0.01, 0.03, 0.09, 0.27]
+    assert search["linear-causalrn"]["chosen_lr"] == 0.09 and search["linear-causalrn"]["extended"]
+    assert not search["linear-causalrn"]["at_edge"] and record["verdict"] == "not reproduced"
+
+
+def test_a_control_that_missed_in_one_seed_makes_the_claim_inconclusive():
+    claim = claims.CLAIMS["causalrn-copying"]
+    seeds = [{"values": {"causalrn": 1.0, "linear-causalrn": 0.2}, "control": c} for c in (1.0, 0.98, 1.0)]
+    record = claims.summarize(claim, [0, 1, 2], seeds)
+    assert record["verdict"] == claims.INCONCLUSIVE and record["control"]["values"] == [1.0, 0.98, 1.0]
+    assert not record["control"]["passed"]
+    for seed in seeds:
+        seed["control"] = 0.995
+    assert claims.summarize(claim, [0, 1, 2], seeds)["verdict"] == "reproduced"
+
+
+def test_the_quick_profile_runs_one_rate_and_a_search_needs_a_validation_split():
+    assert not claims.run.searched(claims.CLAIMS["fst-digits"], "quick")
+    assert claims.run.searched(claims.CLAIMS["fst-digits"], "medium")
+    assert not claims.run.searched(claims.CLAIMS["fst-alpha-depth"], "medium")
+    with pytest.raises(ValueError, match="validation split"):
+        claims.run._score(claims.CLAIMS["fst-digits"], {"validation": {"fst": None}}, "fst")
 
 
 def test_a_record_at_other_sizes_is_not_skipped(tiny_results, tmp_path):
