@@ -98,7 +98,7 @@ beats the mean of its strongest rival by more than twice the larger seed standar
 **partly** when it wins by less, **not reproduced** otherwise, and **inconclusive: the control did not learn**
 when the claim's positive control (an arm known to solve the task) missed its threshold in a seed: then the
 arms are not compared. Every arm runs at its own learning rate: seed 0 at the profile's rate times 1/3, 1 and 3
-(extended by a factor of 3 past an edge while the best sits there, at most twice a side), the rate with the
+(extended by a factor of 3 past an edge while the best sits there, at most three times a side), the rate with the
 best validation value kept, seeds 1 and 2 at it. Paper values are on the papers' own data; the stand-in seqlab
 uses is said under each claim. Notes on what was tried, where a claim does not hold, are in `notes/<id>.md` and
 shown under the claim.

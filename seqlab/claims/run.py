@@ -71,6 +71,8 @@ def _check_runs_folder(folder: Path, sizes: dict) -> None:
 
 RATE_STEP = 3               # a rate search's grid: the profile's rates times 3 ** k
 SEARCH = (-1, 0, 1)        # the k a search starts from: a third of the profile's rates, them, three times them
+MAX_EXTENSIONS = 3         # k a search may add beyond each edge (the arena's grid of 400 runs stops at 2; a claim's
+                           # runs take minutes)
 
 
 def searched(claim: Claim, profile: str) -> bool:
@@ -131,9 +133,9 @@ def _score(claim: Claim, result: dict, arm: str) -> float:
 
 def search_grid(scores: dict) -> list[int]:
     """The k one arm's search needs, given its scores so far (``{k: score}``): :data:`SEARCH`, and while its best
-    sits at an edge, the next k beyond it (at most ``arena.MAX_EXTENSIONS`` a side), so that the chosen rate lies
+    sits at an edge, the next k beyond it (at most :data:`MAX_EXTENSIONS` a side), so that the chosen rate lies
     strictly inside what was searched (ties: inside before an edge, then the smaller rate)."""
-    from seqlab.experiments.arena import MAX_EXTENSIONS, best_rate
+    from seqlab.experiments.arena import best_rate
 
     ks = list(SEARCH)
     while all(k in scores for k in ks):

@@ -9,7 +9,6 @@ from helpers import TESTS
 from seqlab import claims, experiments, train
 from seqlab.__main__ import main
 from seqlab.experiments import _common
-from seqlab.experiments.arena import MAX_EXTENSIONS
 
 TINY = str(TESTS / "tiny_profile")
 
@@ -150,7 +149,7 @@ def _check_rates(record: dict, claim: claims.Claim) -> None:
         assert len(grid) >= 3 and grid == sorted(grid) and search["chosen_lr"] in grid
         assert search["key"] == claim.rate_key(arm, record["sizes"])
         assert search["at_edge"] == (search["chosen_lr"] in (grid[0], grid[-1]))
-        assert search["at_edge"] <= (len(grid) >= 3 + MAX_EXTENSIONS)      # an edge only once the extensions ran out
+        assert search["at_edge"] <= (len(grid) >= 3 + claims.run.MAX_EXTENSIONS)      # an edge only once the extensions ran out
         assert search["extended"] == (len(grid) > 3)
 
 
@@ -214,13 +213,14 @@ def test_an_interrupted_claim_resumes_from_its_kept_seeds(tmp_path, monkeypatch)
     assert len(record["arms"]["causalrn"]) == 3
 
 
-def test_the_search_extends_past_an_edge_and_stops_after_two_steps():
+def test_the_search_extends_past_an_edge_and_stops_after_three_steps():
     grid = claims.run.search_grid
     assert grid({}) == [-1, 0, 1]
     assert grid({-1: 0.1, 0: 0.5, 1: 0.3}) == [-1, 0, 1]                    # best inside: done
     assert grid({-1: 0.1, 0: 0.2, 1: 0.3}) == [-1, 0, 1, 2]                 # best at the top: one more above
     assert grid({-1: 0.1, 0: 0.2, 1: 0.3, 2: 0.25}) == [-1, 0, 1, 2]
-    assert grid({-1: 0.5, 0: 0.2, 1: 0.3, -2: 0.6, -3: 0.7}) == [-3, -2, -1, 0, 1]   # two extensions at most
+    falling = {-1: 0.5, 0: 0.2, 1: 0.3, -2: 0.6, -3: 0.7, -4: 0.8, -5: 0.9}
+    assert grid(falling) == [-4, -3, -2, -1, 0, 1]                         # three extensions at most
     assert grid({-1: 1.0, 0: 1.0, 1: 1.0}) == [-1, 0, 1]                    # a tie goes inside
     assert grid({-1: 0.3, 0: 0.5, 1: float("-inf")}) == [-1, 0, 1]          # a diverged rate ranks last
 
