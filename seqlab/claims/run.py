@@ -193,7 +193,8 @@ def _searched_seeds(claim: Claim, seeds: list[int], folder: Path, profile: str, 
 
 def _combine(claim: Claim, runs: dict, chosen: dict, seed: int, searched_runs: dict) -> dict:
     """One seed's result from its runs at the chosen rates (``{k: result}``): each arm read from its own rate's
-    run, the control from the control arm's; every trained run of the seed kept (seed 0: the whole search)."""
+    run, the control from the control arm's, the ``details`` (what the figure draws) from the ``better`` arm's run;
+    every trained run of the seed kept (seed 0: the whole search)."""
     result = {}
     for key in ("values", "validation", "censored", "choose"):
         if key in runs[chosen[claim.better]]:
