@@ -359,6 +359,49 @@ def _wait_widgets_settled(page, views: int, timeout_s: float) -> None:
         }""", arg=views, timeout=timeout_s * 1000)
 
 
+def _at_rest_equal(path: Path, committed: bytes, patience_s: float = 30.0) -> bool:
+    """Whether ``path`` holds ``committed`` when no save is writing it. jupyter_server saves a notebook in place
+    (after copying it to ``.~<name>``), so a read that meets an autosave sees the file empty or half written, though
+    the save then writes the same bytes. A change that lasts reads the same after a quiet spell (no save for two
+    autosave intervals): that is the answer, False."""
+    from jupyter_server.services.contents.fileio import path_to_intermediate
+
+    deadline, previous = time.monotonic() + patience_s, None
+    while time.monotonic() < deadline:
+        data = path.read_bytes()
+        if data == committed:
+            return True
+        if data == previous:
+            return False
+        previous = data
+        while time.monotonic() < deadline:                      # wait for a quiet spell
+            stamp = path.stat().st_mtime_ns
+            time.sleep(2 * AUTOSAVE_S)
+            if path.stat().st_mtime_ns == stamp and not os.path.exists(path_to_intermediate(str(path))):
+                break
+    return False
+
+
+def _keep_changed(path: Path, lesson: Path, attempt: int) -> str:
+    """Copy a lesson the browser changed on disk to ``test-artifacts/`` and say what differs from the committed
+    one (the fields that differ, not the bytes: a lesson is a megabyte)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    kept = ARTIFACTS / f"changed-open{attempt}-{lesson.name}"
+    shutil.copy(path, kept)
+    try:
+        now, then = json.loads(path.read_text(encoding="utf-8")), json.loads(lesson.read_text(encoding="utf-8"))
+    except ValueError as err:
+        return f"kept as {kept}; not JSON: {err}"
+    diffs = [f"metadata.{k}" for k in sorted(set(now.get("metadata", {})) | set(then.get("metadata", {})))
+             if now.get("metadata", {}).get(k) != then.get("metadata", {}).get(k)]
+    if len(now.get("cells", [])) != len(then.get("cells", [])):
+        diffs.append(f"{len(now.get('cells', []))} cells, not {len(then.get('cells', []))}")
+    else:
+        diffs += [f"cell {i}.{k}" for i, (a, b) in enumerate(zip(now["cells"], then["cells"]))
+                  for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return f"kept as {kept}; differs in {', '.join(diffs[:12]) or 'bytes only (same JSON)'}"
+
+
 @pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.stem[:2])
 def test_opening_a_lesson_never_changes_it_and_its_widgets_render_every_time(lessons_lab, page, lesson):
     """A lesson opened and left open (autosave every few seconds, widget state saved, as for learners) stays
@@ -366,7 +409,7 @@ def test_opening_a_lesson_never_changes_it_and_its_widgets_render_every_time(les
     widgets are drawn and none says "Error displaying widget: model not found" (seqlab-widget-restore runs the
     widget manager's restores one at a time: without it, which widgets lose that race changes per open)."""
     base, token, folder = lessons_lab
-    path, views = folder / lesson.name, _widget_views(lesson)
+    path, views, committed = folder / lesson.name, _widget_views(lesson), lesson.read_bytes()
     page.set_default_timeout(60_000)
     try:
         for attempt in range(OPENS):
@@ -375,8 +418,9 @@ def test_opening_a_lesson_never_changes_it_and_its_widgets_render_every_time(les
             _wait_kernel_idle(page, 90)
             _wait_widgets_settled(page, views, 60)
             page.wait_for_timeout(SETTLED_WAIT_S * 1000)
-            unchanged = path.read_bytes() == lesson.read_bytes()    # a bool: pytest would diff a megabyte for hours
-            assert unchanged, f"{lesson.name} changed on disk after open {attempt + 1}"
+            unchanged = _at_rest_equal(path, committed)    # a bool: pytest would diff a megabyte for hours
+            assert unchanged, f"{lesson.name} changed on disk after open {attempt + 1}: " \
+                              f"{_keep_changed(path, lesson, attempt + 1)}"
             assert page.evaluate(f"() => window.jupyterapp.isPluginActivated('{RESTORE_PLUGIN}')"), "not loaded"
             lost = page.locator(".jp-OutputArea-output:has-text('Error displaying widget')").count()
             assert lost == 0, f"{lesson.name}, open {attempt + 1}: {lost} widgets not displayed (model not found)"

@@ -210,7 +210,7 @@ ARENA = ["experiment", "arena", "profile=quick", "tasks=mqar", "widths=[16]", "m
 
 def test_a_workers_2_sitting_stopped_by_sigterm_resumes_each_workers_run(tmp_path):
     out, runs = tmp_path / "arena.json", tmp_path / "runs"
-    args = [*ARENA, "families=gateloop,lrnn,lightnet", "steps=300", "workers=2", f"out={out}", "--checkpoint-dir",
+    args = [*ARENA, "families=gateloop,lrnn,lightnet", "steps=150", "workers=2", f"out={out}", "--checkpoint-dir",
             str(runs)]                                  # three runs, two workers: one is handed over ahead
     proc = _start(args)
     deadline = time.time() + 300
@@ -222,13 +222,13 @@ def test_a_workers_2_sitting_stopped_by_sigterm_resumes_each_workers_run(tmp_pat
     assert returncode == 143, err[-2000:]
     assert "the arena stopped by SIGTERM" in err and str(runs) in err
     stopped = {p.name: train.load_checkpoint(p)["step"] for p in runs.glob("*.pt")}
-    assert len(stopped) == 2 and all(0 < s < 300 for s in stopped.values()), stopped   # the third never started
+    assert len(stopped) == 2 and all(0 < s < 150 for s in stopped.values()), stopped   # the third never started
     assert not any(name.startswith("lightnet") for name in stopped)
     assert results.read(out)["runs"] == []
     again = subprocess.run([sys.executable, "-m", "seqlab", *args], capture_output=True, text=True, env=ENV,
                            timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]
-    whole = subprocess.run([sys.executable, "-m", "seqlab", *ARENA, "families=gateloop,lrnn", "steps=300",
+    whole = subprocess.run([sys.executable, "-m", "seqlab", *ARENA, "families=gateloop,lrnn", "steps=150",
                             "workers=2", f"out={tmp_path / 'whole.json'}"],
                            capture_output=True, text=True, env=ENV, timeout=600)
     assert whole.returncode == 0, whole.stderr[-2000:]
@@ -237,7 +237,7 @@ def test_a_workers_2_sitting_stopped_by_sigterm_resumes_each_workers_run(tmp_pat
     assert set(resumed) == {"gateloop", "lrnn", "lightnet"}
     for family, run in straight.items():              # the resumed runs are the runs never stopped
         assert (resumed[family]["accuracy"], resumed[family]["curve"]) == (run["accuracy"], run["curve"])
-    assert all(train.load_checkpoint(p)["step"] == 300 for p in runs.glob("*.pt"))
+    assert all(train.load_checkpoint(p)["step"] == 150 for p in runs.glob("*.pt"))
 
 
 def test_four_arena_sittings_on_one_file_keep_every_run_and_every_key(tmp_path):
