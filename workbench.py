@@ -98,8 +98,8 @@ def check_platform() -> None:
 
 def pip_install(py: Path, args: list[str], log: Path, what: str) -> bool:
     """``pip install args`` with its output in ``log``; one line here. Returns whether it succeeded. pip
-    byte-compiles what it installs, and that must stay: where ``PYTHONDONTWRITEBYTECODE`` is set (it is on the
-    2-core machines the CI times come from), no process writes ``.pyc`` files later, so with ``--no-compile`` each
+    byte-compiles what it installs, and that must stay: where ``PYTHONDONTWRITEBYTECODE`` is set (it was on the
+    2-core machine the README's CI table was measured on), no process writes ``.pyc`` files later, so with ``--no-compile`` each
     of the tests' hundreds of processes compiled torch's modules anew (tried: the tests' first pass, 21 minutes,
     was at 97 % after 29 when stopped)."""
     cmd = [str(py), "-m", "pip", "install", "--disable-pip-version-check", *args]
