@@ -401,10 +401,10 @@ def set_kernel_name(path: Path) -> None:
 
 
 def book(args: list[str]) -> int:
-    """The lessons as a book in ``build/book/`` (``seqlab.book``: Sphinx, MyST-NB, sphinx-book-theme): read them
+    """The lessons as a book in ``build/book/`` (``tools/book.py``: Sphinx, MyST-NB, sphinx-book-theme): read them
     without installing."""
     py = ensure_environment()     # Sphinx and MathJax 3 come with the dev extra, in the lock
-    return subprocess.call([str(py), "-m", "seqlab.book", *args], cwd=ROOT)
+    return subprocess.call([str(py), str(ROOT / "tools" / "book.py"), *args], cwd=ROOT)
 
 
 # What gpu-check --here needs in the interpreter it is started with (no .venv, no lock, no torch pin): the module

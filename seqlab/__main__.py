@@ -34,8 +34,8 @@ import json
 import os
 import sys
 
-from seqlab import interrupt
-from seqlab.interrupt import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
+from seqlab.train import interrupt
+from seqlab.train.interrupt import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
 
 
 def parse_value(text: str):
@@ -113,7 +113,7 @@ TRAIN_OPTIONS = {"model": None, "task": None, "config": None, "task_config": Non
 
 def train_defaults() -> dict:
     """The default of every ``train`` option: TrainConfig's fields that are flags, then train's own."""
-    from seqlab.train_config import TrainConfig
+    from seqlab.train.config import TrainConfig
 
     fields = TrainConfig.defaults()
     return {**{k: fields[k] for k in TRAIN_FLAGS}, **TRAIN_OPTIONS}
@@ -193,8 +193,8 @@ def cmd_train(args) -> int:
 
 
 def train_config(args, model_config: dict, task_config: dict, device):
-    """The run's :class:`~seqlab.train_config.TrainConfig`: every flag of ``train`` is one of its fields."""
-    from seqlab.train_config import TrainConfig
+    """The run's :class:`~seqlab.train.config.TrainConfig`: every flag of ``train`` is one of its fields."""
+    from seqlab.train.config import TrainConfig
 
     given = {name: getattr(args, name) for name in TrainConfig.fields() if hasattr(args, name)}
     # a bar where a terminal shows it; piped to a file, the printed lines alone (no bar fragments)
@@ -250,7 +250,7 @@ def _described(name: str):
     """``(kind, function)`` for a model, task or experiment name; a clear error with a suggestion otherwise."""
     from seqlab import experiments, models, tasks
     from seqlab.models import registry
-    from seqlab.train_config import TrainConfig
+    from seqlab.train.config import TrainConfig
 
     if name in ("train", "TrainConfig"):
         return "training settings (TrainConfig: the train command's flags, its TOML keys, fit's keywords)", TrainConfig

@@ -22,7 +22,7 @@ def check(out: torch.Tensor, ref: torch.Tensor, tol: float, what: str = "") -> N
 def ctrl_c_at_step(monkeypatch, step: int) -> None:
     """Make ``seqlab.train.fit`` meet a Ctrl-C (``KeyboardInterrupt``) as it starts the step with index ``step``
     (0-based: ``step`` optimizer steps are done). ``monkeypatch.undo()`` ends it."""
-    from seqlab import train
+    from seqlab.train import loop as train
 
     real_lr_at = train.lr_at
 

@@ -23,7 +23,7 @@ def _seqlab_imports(path: pathlib.Path) -> set[str]:
 
 
 def _within(module: str, packages) -> bool:
-    """``module`` is one of ``packages`` or inside one (``seqlab.train_config`` is not inside ``seqlab.train``)."""
+    """``module`` is one of ``packages`` or inside one (``seqlab.trainer`` would not be inside ``seqlab.train``)."""
     return any(module == p or module.startswith(p + ".") for p in packages)
 
 
@@ -40,11 +40,12 @@ def test_imports_flow_one_way(layer, forbidden):
         assert not bad, f"{path.relative_to(PACKAGE.parent)} imports {bad}"
 
 
-def test_readout_does_not_shadow_the_standard_library():
-    from seqlab import readout  # noqa: F401  (what lessons import)
-    import inspect
-
-    assert inspect.getsource(test_readout_does_not_shadow_the_standard_library).startswith("def ")
+def test_no_module_shadows_the_standard_library():
+    """A script run from a folder of the package imports that folder's files first: a ``seqlab/viz/inspect.py``
+    would replace the standard ``inspect`` for it. No module of the package takes a standard library name."""
+    clashes = sorted(str(p.relative_to(PACKAGE.parent)) for p in PACKAGE.rglob("*.py")
+                     if p.stem in sys.stdlib_module_names)
+    assert clashes == [], clashes
 
 
 @pytest.mark.parametrize("op,forms", [
@@ -111,9 +112,10 @@ def test_the_imports_between_modules_hold_no_cycle():
 
 @pytest.mark.parametrize("module,forbidden", [
     ("seqlab.train", ("seqlab.experiments", "seqlab.claims", "seqlab.viz", "seqlab.exercises")),
-    ("seqlab.checkpoint", ("seqlab.train", "seqlab.experiments", "seqlab.claims")),
-    ("seqlab.history", ("seqlab.train", "seqlab.experiments", "seqlab.claims")),
-    ("seqlab.schedule", ("seqlab.train", "seqlab.experiments", "seqlab.claims")),
+    ("seqlab.train.loop", ("seqlab.experiments", "seqlab.claims", "seqlab.viz", "seqlab.exercises")),
+    ("seqlab.train.checkpoint", ("seqlab.train.loop", "seqlab.experiments", "seqlab.claims")),
+    ("seqlab.train.history", ("seqlab.train.loop", "seqlab.experiments", "seqlab.claims")),
+    ("seqlab.train.schedule", ("seqlab.train.loop", "seqlab.experiments", "seqlab.claims")),
     ("seqlab.results", ("seqlab.train", "seqlab.experiments", "seqlab.claims")),
 ])
 def test_the_upper_floors_import_downward(module, forbidden):
@@ -172,3 +174,37 @@ def test_no_private_name_is_read_from_outside_its_package():
                     if not (here == owner or here.startswith(owner + ".")):
                         bad.append(f"{here} imports {name}")
     assert not bad, bad
+
+
+def test_the_training_floor_is_one_package():
+    """The loop, its configuration, checkpoints, histories, signals, torchrun and the schedule live in
+    ``seqlab/train/``; none of them is left loose at the package's top."""
+    assert {p.name for p in (PACKAGE / "train").glob("*.py")} == {
+        "__init__.py", "loop.py", "config.py", "checkpoint.py", "history.py", "interrupt.py", "distributed.py",
+        "schedule.py"}
+    loose = {p.stem for p in PACKAGE.glob("*.py")}
+    assert not loose & {"train", "train_config", "checkpoint", "history", "interrupt", "distributed", "schedule"}
+
+
+def test_build_tooling_stays_out_of_the_runtime_package():
+    """The book is built by ``tools/book.py`` beside ``workbench.py``; installing seqlab installs no Sphinx tool."""
+    assert not (PACKAGE / "book.py").exists()
+    assert (PACKAGE.parent / "tools" / "book.py").exists()
+    assert not any("sphinx" in _seqlab_imports(p) | {n for n in _plain_imports(p)} for p in PACKAGE.rglob("*.py"))
+
+
+def _plain_imports(path: pathlib.Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_no_experiment_module_is_a_whole_floor():
+    """Each module of ``seqlab/experiments/`` does one job: none is over 400 lines."""
+    long = {p.name: n for p in (PACKAGE / "experiments").rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}, long

@@ -577,7 +577,7 @@ def _init_worker(stopping) -> None:
 
 
 def _worker(args):
-    from seqlab import interrupt
+    from seqlab.train import interrupt
 
     spec, cfg, checkpoint_dir = args
     if _STOPPING is not None and _STOPPING.is_set():   # a run handed over before the stop: not started
@@ -608,7 +608,7 @@ def _stop_workers(pool, futures, signum: int, record, stopping) -> None:
 def _run_all(specs: list[dict], cfg: dict, workers: int, record, progress: bool, checkpoint_dir) -> None:
     from tqdm.auto import tqdm
 
-    from seqlab import interrupt
+    from seqlab.train import interrupt
 
     bar = tqdm(total=len(specs), desc="arena", disable=not progress, leave=False)
     try:

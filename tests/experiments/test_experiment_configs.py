@@ -277,7 +277,7 @@ def test_the_medium_and_full_configs_of_an_experiment_share_their_optimiser(full
 
 def test_every_size_table_that_trains_names_its_settings_as_trainconfig_does():
     """steps, batch_size, lr (and any other training setting) under TrainConfig's field names, never an alias."""
-    from seqlab.train_config import TrainConfig
+    from seqlab.train.config import TrainConfig
 
     aliases = {"max_steps", "iters", "iterations", "n_steps", "learning_rate", "bs", "batch", "wd", "warmup_steps"}
     for name in experiments.names():

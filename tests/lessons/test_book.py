@@ -16,7 +16,19 @@ import nbformat
 import pytest
 from helpers import REPO
 
-from seqlab import book as seqlab_book
+
+
+def _load_book_tool():
+    """``tools/book.py``: build tooling beside ``workbench.py``, not a module of the runtime package."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("seqlab_book", REPO / "tools" / "book.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+seqlab_book = _load_book_tool()
 
 LESSONS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 MATHJAX_FONTS = Path("_static/mathjax/output/chtml/fonts/woff-v2")

@@ -1,4 +1,4 @@
-"""Data-parallel training under torchrun (``seqlab.distributed``): two gloo processes on 127.0.0.1 train the
+"""Data-parallel training under torchrun (``seqlab.train.distributed``): two gloo processes on 127.0.0.1 train the
 same run as one process with the same global batch, to float rounding, on a task whose label masks differ
 between the ranks; and a run checkpointed under torchrun resumes under torchrun."""
 import json
@@ -29,7 +29,8 @@ def _losses(path):
 
 
 def test_the_ranks_split_an_uneven_batch():
-    from seqlab import distributed, tasks
+    from seqlab import tasks
+    from seqlab.train import distributed
     from seqlab.train import batch_indices
 
     task = tasks.copying(min_len=2, max_len=4, train_size=64, test_size=600, autoregressive_n=4)

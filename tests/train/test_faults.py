@@ -16,7 +16,8 @@ import pytest
 import torch
 from helpers import TESTS
 
-from seqlab import claims, interrupt, results, train
+from seqlab import claims, results, train
+from seqlab.train import interrupt
 from seqlab.__main__ import main
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}

@@ -9,7 +9,7 @@ from helpers import TESTS
 
 from seqlab import models, tasks, train
 from seqlab.__main__ import TRAIN_FLAGS, TRAIN_OPTIONS, parse_args, train_config
-from seqlab.train_config import TrainConfig
+from seqlab.train.config import TrainConfig
 
 TASK = dict(min_len=2, max_len=4, train_size=40, test_size=16, autoregressive_n=4)
 CFG = TrainConfig(steps=6, batch_size=8, lr=2e-3, seed=3, weight_decay=0.02, warmup=2, clip=0.5, final_lr_ratio=0.2,

@@ -20,7 +20,7 @@ import torch.nn as nn
 
 from seqlab import config
 from seqlab.results import write_failure
-from seqlab.train_config import RUN_FIELDS
+from seqlab.train.config import RUN_FIELDS
 
 __all__ = ["save_checkpoint", "load_checkpoint", "load_model", "check_writable", "remove_stale_temporaries",
            "CheckpointError", "rng_state", "set_rng_state", "restore", "PeriodicSaver"]

@@ -12,7 +12,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
-from seqlab.interrupt import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
+from seqlab.train.interrupt import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
 
 __all__ = ["TrainConfig", "RUN_FIELDS"]
 

@@ -38,17 +38,18 @@ from typing import Callable, Iterable
 import torch
 import torch.nn as nn
 
-from seqlab import config, distributed, interrupt
-from seqlab.checkpoint import (CheckpointError, PeriodicSaver, check_writable, load_checkpoint,  # noqa: F401
+from seqlab import config
+from seqlab.train import distributed, interrupt
+from seqlab.train.checkpoint import (CheckpointError, PeriodicSaver, check_writable, load_checkpoint,  # noqa: F401
                                load_model, remove_stale_temporaries, restore, rng_state, save_checkpoint)
 from seqlab.config import model_device
-from seqlab.history import (INITIAL_LOSS_TOLERANCE, THRESHOLDS, History, PrintCallback,  # noqa: F401
+from seqlab.train.history import (INITIAL_LOSS_TOLERANCE, THRESHOLDS, History, PrintCallback,  # noqa: F401
                             check_initial_loss, first_step_at, num_targets, observe, observing, record_run,
                             run_summary)
-from seqlab.interrupt import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, Interrupted, TrainingInterrupted  # noqa: F401
-from seqlab.schedule import batch_indices, lr_at
+from seqlab.train.interrupt import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, Interrupted, TrainingInterrupted  # noqa: F401
+from seqlab.train.schedule import batch_indices, lr_at
 from seqlab.tasks.base import Task, check_compatible, model_name
-from seqlab.train_config import TrainConfig
+from seqlab.train.config import TrainConfig
 
 __all__ = ["fit", "TrainConfig", "evaluate", "History", "StopTraining", "TrainingInterrupted", "check_compatible", "lr_at",
            "batch_indices", "save_checkpoint", "load_checkpoint", "load_model", "CheckpointError", "model_device",
@@ -84,7 +85,7 @@ def evaluate(model: nn.Module, task: Task, split: str = "test", batch_size: int 
         loss_sum, loss_count = 0.0, 0
         sums: dict[str, list] = {}
         for i, batch in enumerate(task.batches(split, batch_size)):
-            if i % world != rank:   # under torchrun: every world-th batch (seqlab.distributed)
+            if i % world != rank:   # under torchrun: every world-th batch (seqlab.train.distributed)
                 continue
             batch = _batch_to(batch, device)
             logits = model(batch["input_ids"])
@@ -133,7 +134,7 @@ def _call_hook(callbacks: Iterable, hook: str, *args) -> None:
 def fit(model: nn.Module, task: Task, cfg: TrainConfig | None = None, /, *, callbacks: Iterable[Callable] = (),
         **settings) -> History:
     """Train ``model`` on ``task.splits["train"]`` for ``steps`` optimizer steps, as ``cfg`` (a
-    :class:`~seqlab.train_config.TrainConfig`) says, its fields replaced by ``settings`` (``fit(model, task,
+    :class:`~seqlab.train.config.TrainConfig`) says, its fields replaced by ``settings`` (``fit(model, task,
     steps=800, lr=1e-3)`` builds one from keywords alone; an unknown one is named).
 
     AdamW (``lr``, ``betas``, ``weight_decay`` on matrices), learning rate warmed up linearly over ``warmup``
@@ -144,14 +145,14 @@ def fit(model: nn.Module, task: Task, cfg: TrainConfig | None = None, /, *, call
 
     ``checkpoint=path`` writes the run's state there every ``checkpoint_every`` steps (default
     :data:`CHECKPOINT_EVERY`) or ``checkpoint_seconds`` of wall time (default :data:`CHECKPOINT_SECONDS`),
-    whichever comes first, at the end, and when Ctrl-C, SIGTERM or SIGUSR1 arrives (:mod:`seqlab.interrupt`: the
+    whichever comes first, at the end, and when Ctrl-C, SIGTERM or SIGUSR1 arrives (:mod:`seqlab.train.interrupt`: the
     step in progress is finished first, then the file is written atomically and :class:`TrainingInterrupted`, a
     ``KeyboardInterrupt``, says the step). A full disk or a folder gone read-only gets a :class:`CheckpointError`
     naming the file and the cause; the previous checkpoint is kept. Under torchrun every rank stops at the same
     step. With ``resume=True`` and an existing file, training continues from it: the result is
     bit-for-bit the run that was never interrupted (on CPU; after a Ctrl-C inside a step with dropout,
     the same run but for that step's dropout draws). A larger ``steps`` extends a finished or saved
-    run on the schedule of the new total (see :func:`seqlab.checkpoint.restore`). A run that a callback stopped
+    run on the schedule of the new total (see :func:`seqlab.train.checkpoint.restore`). A run that a callback stopped
     (:class:`StopTraining`) is saved as stopped: resuming it returns its history without training.
 
     ``threads``: intra-op CPU threads during this fit (restored afterwards); ``None`` leaves torch's
@@ -191,7 +192,7 @@ def _fit(model, task, cfg: TrainConfig, callbacks, *, eval_at_start: bool) -> Hi
     callbacks = (callbacks,) if callable(callbacks) else tuple(callbacks)
     dev = config.device(cfg.device)
     rank, world = 0, 1
-    if distributed.launched():          # under torchrun: data-parallel (seqlab.distributed)
+    if distributed.launched():          # under torchrun: data-parallel (seqlab.train.distributed)
         rank, world, dev = distributed.setup(dev)
         callbacks = callbacks if rank == 0 else ()
         progress = progress and rank == 0

@@ -1,5 +1,5 @@
 """The lessons as a book that reads like a course, without installing anything: ``python3 workbench.py book``
-(or ``python -m seqlab.book``) builds ``build/book/`` from the committed lessons and their outputs, with the
+(or ``python tools/book.py``) builds ``build/book/`` from the committed lessons and their outputs, with the
 Jupyter Book 1 stack: Sphinx, MyST-NB (which reads the notebooks without running them) and the
 sphinx-book-theme. The site has a sidebar with every lesson and its sections, previous / next at the foot of
 each page, the links between lessons pointing at the built pages, an offline full-text search (``search.html``),
@@ -195,7 +195,7 @@ def _index_page(lessons: list[tuple[str, str]]) -> str:
     table of contents that makes the sidebar and the previous / next links."""
     missing = [name for name, _ in lessons if name[:2] not in SUMMARIES]
     if missing:
-        raise ValueError(f"SUMMARIES has no one-line summary for {missing}: add one in seqlab/book.py")
+        raise ValueError(f"SUMMARIES has no one-line summary for {missing}: add one in tools/book.py")
     rows = "\n".join(f"| [{title}]({name}.ipynb) | {SUMMARIES[name[:2]]} |" for name, title in lessons)
     refs = "\n".join(f"| {n} | *{title}* | {authors} | {year or '—'} | " + (f"<{url}>" if url else "—") + " |"
                      for n, title, authors, year, url in REFERENCES)
