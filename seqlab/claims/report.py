@@ -143,7 +143,7 @@ def arena_file(out: Path) -> Path:
 
 def arena_figures(out: Path) -> dict:
     """``{name: (title, figure)}``: the arena's learning curves and accuracy against rate, a panel per task."""
-    from seqlab.experiments import arena
+    from seqlab.experiments import arena_results as arena
     from seqlab.viz import arena as arena_viz
 
     data, cfg = _arena(out)
@@ -155,16 +155,16 @@ def arena_figures(out: Path) -> dict:
 
 
 def _arena(out: Path) -> tuple[dict, dict]:
-    from seqlab.experiments import arena
+    from seqlab.experiments import arena_results as arena
 
     return arena.load(arena_file(out)), arena.sizes("medium")
 
 
 def arena_section(out: Path) -> list[str]:
     """The medium arena on the results page: its setup, each task's positive control and verdict
-    (:func:`seqlab.experiments.arena.rank`: a task whose control did not learn is not ranked), each family's
+    (:func:`seqlab.experiments.arena_results.rank`: a task whose control did not learn is not ranked), each family's
     test accuracy at the base budget, and the two figures (written beside the grid by ``write_summary``)."""
-    from seqlab.experiments import arena
+    from seqlab.experiments import arena_results as arena
 
     data, cfg = _arena(out)
     rows = arena.summarize(data["runs"], cfg)

@@ -12,6 +12,7 @@ from pathlib import Path
 from seqlab import config, results
 from seqlab.claims import CLAIMS, FIELDS, RESULTS_DIR, Claim, get, one_math_thread, summarize  # noqa: F401
 from seqlab.claims.report import arena_figures, arena_file, render_readme
+from seqlab.experiments.rate_search import MAX_EXTENSIONS, at_edge, best_rate, extend_grid
 from seqlab.results import machine, profile_tag
 
 __all__ = ["reproduce", "reproduce_claim", "write_summary", "gather", "default_out", "command"]
@@ -52,13 +53,26 @@ def gather(out: str | os.PathLike) -> dict:
     return {"claims": [r for r in records if r is not None]}
 
 
+# Sizes renamed since records were first written: TrainConfig's field names, and one spelling of a task's splits.
+RENAMED_SIZES = {"task_kwargs": "task_config", "n_train": "train_size", "n_validation": "validation_size",
+                 "n_test": "test_size"}
+
+
+def current_names(sizes):
+    """``sizes`` as a record written now would hold them: a record or a runs folder written before the renaming
+    (:data:`RENAMED_SIZES`) is the same run at the same sizes."""
+    if isinstance(sizes, dict):
+        return {RENAMED_SIZES.get(k, k): current_names(v) for k, v in sizes.items()}
+    return sizes
+
+
 # ----------------------------------------------------------------------------------------------- running
 
 
 def _check_runs_folder(folder: Path, sizes: dict) -> None:
     """A claim's runs folder belongs to one set of sizes: a folder of other sizes is refused, naming them."""
     path = folder / "sizes.json"
-    saved = _read(path)
+    saved = current_names(_read(path))
     current = json.loads(json.dumps(sizes))
     if saved is None:
         _write(path, current)
@@ -71,8 +85,6 @@ def _check_runs_folder(folder: Path, sizes: dict) -> None:
 
 RATE_STEP = 3               # a rate search's grid: the profile's rates times 3 ** k
 SEARCH = (-1, 0, 1)        # the k a search starts from: a third of the profile's rates, them, three times them
-MAX_EXTENSIONS = 3         # k a search may add beyond each edge (the arena's grid of 400 runs stops at 2; a claim's
-                           # runs take minutes)
 
 
 def searched(claim: Claim, profile: str) -> bool:
@@ -132,21 +144,10 @@ def _score(claim: Claim, result: dict, arm: str) -> float:
 
 
 def search_grid(scores: dict) -> list[int]:
-    """The k one arm's search needs, given its scores so far (``{k: score}``): :data:`SEARCH`, and while its best
-    sits at an edge, the next k beyond it (at most :data:`MAX_EXTENSIONS` a side), so that the chosen rate lies
-    strictly inside what was searched (ties: inside before an edge, then the smaller rate)."""
-    from seqlab.experiments.arena import best_rate
-
-    ks = list(SEARCH)
-    while all(k in scores for k in ks):
-        best = best_rate(scores, ks)
-        if best == ks[0] and ks[0] > SEARCH[0] - MAX_EXTENSIONS:
-            ks.insert(0, ks[0] - 1)
-        elif best == ks[-1] and ks[-1] < SEARCH[-1] + MAX_EXTENSIONS:
-            ks.append(ks[-1] + 1)
-        else:
-            break
-    return ks
+    """The k one arm's search needs, given its scores so far (``{k: score}``): :data:`SEARCH`, extended one k
+    beyond an edge while its best sits there (the one search of :mod:`seqlab.experiments.rate_search`, at most
+    :data:`MAX_EXTENSIONS` a side), so that the chosen rate lies strictly inside what was searched."""
+    return extend_grid(scores, list(SEARCH), lambda k: k - 1, lambda k: k + 1)
 
 
 def _search(claim: Claim, folder: Path, profile: str, progress: bool, sizes: dict) -> tuple[dict, dict]:
@@ -166,8 +167,6 @@ def _searched_seeds(claim: Claim, seeds: list[int], folder: Path, profile: str, 
                     sizes: dict) -> tuple[list[dict], dict]:
     """Every seed with each arm at the rate its seed-0 search chose: the experiment runs once per distinct chosen
     rate and each arm is read from its own rate's run. Returns the per-seed results and the search's record."""
-    from seqlab.experiments.arena import best_rate
-
     by_k, grids = _search(claim, folder, profile, progress, sizes)
     chosen = {arm: best_rate({k: _score(claim, by_k[k], arm) for k in grids[arm]}, grids[arm]) for arm in claim.arms}
     out = []
@@ -186,8 +185,8 @@ def _searched_seeds(claim: Claim, seeds: list[int], folder: Path, profile: str, 
                        "validation": [None if "diverged" in by_k[k] else
                                       by_k[k]["choose" if claim.choose is not None else "validation"][arm]
                                       for k in grid],
-                       "extended": len(grid) > len(SEARCH),
-                       "at_edge": chosen[arm] in (grid[0], grid[-1])}     # only once the extensions ran out
+                       "extended": len(grid) > len(SEARCH), "max_extensions": MAX_EXTENSIONS,
+                       "at_edge": at_edge(chosen[arm], grid)}     # only once the extensions ran out
     return out, search
 
 
@@ -228,7 +227,7 @@ def reproduce_claim(claim_id: str, *, profile: str | None = None, seeds: int = 3
     existing = _read(out / f"{claim.id}.json")
     search = searched(claim, profile)
     if not redo and existing and (existing.get("profile"), existing.get("seeds")) == (tag, seed_list) \
-            and existing.get("sizes") == json.loads(json.dumps(sizes)) and bool(existing.get("rate_search")) == search:
+            and current_names(existing.get("sizes")) == json.loads(json.dumps(sizes)) and bool(existing.get("rate_search")) == search:
         return existing
     folder = out / ".runs" / tag / claim.id
     if redo and folder.exists():

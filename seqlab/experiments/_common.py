@@ -28,6 +28,16 @@ MEDIUM_DIR = CONFIG_DIR / "medium"
 NULLABLE = frozenset({"threads", "max_chars", "n_heads", "warmup", "eval_every"})
 
 
+# Sizes renamed to TrainConfig's field names: the old name is refused with an error naming the new one.
+RENAMED = {"task_kwargs": "task_config"}
+
+
+def refuse_renamed(keys, where: str) -> None:
+    """A ``TypeError`` naming the new name of the first renamed size among ``keys``."""
+    for old in sorted(set(keys) & set(RENAMED)):
+        raise TypeError(f"{where}: {old} is now {RENAMED[old]} (the name of TrainConfig's field)")
+
+
 # A config file: which experiment, the paper's place, a time on one GPU, and the sizes.
 TOP_LEVEL = frozenset({"experiment", "paper", "estimated_time", "sizes"})
 
@@ -75,6 +85,7 @@ def file_sizes(path: str | os.PathLike, experiment: str, like: dict, section: st
             raise ValueError(f"config file: {os.fspath(path)!r} has no [sizes.{section}] table "
                              f"(it has {sorted(k for k, v in sizes.items() if isinstance(v, dict))})")
         sizes = sizes[section]
+    refuse_renamed(sizes, f"config file {os.fspath(path)!r}")
     unknown = sorted(set(sizes) - set(like) - set(optional))
     missing = sorted(set(like) - set(sizes) - NULLABLE)
     if unknown or missing:
@@ -147,6 +158,7 @@ def profile_sizes(table: Mapping, profile: str | None, overrides: dict, *, stric
     ``strict``: an override must name a known setting, and ``None`` means "keep the default".
     """
     prof = profile or config.profile()
+    refuse_renamed(overrides, "sizes")
     try:
         sizes = dict(table[prof])
     except KeyError:

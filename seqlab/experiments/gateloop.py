@@ -74,23 +74,21 @@ def memory_horizon_comparison(*, profile: str | None = None, seed: int = 0, prog
     "models": {variant: model}, "task": task, "config": dict}``.
     """
     from seqlab import models, tasks, train
+    from seqlab.train.config import TrainConfig
 
     cfg = profile_sizes(SIZES, profile, overrides)
     task = tasks.memory_horizon(seq_len=cfg["seq_len"], train_size=cfg["train_size"], test_size=cfg["test_size"],
                                 seed=seed, validation_size=cfg.get("validation_size") or 0)
-    watched = eval_split(task)
-    optimizer = {"betas": tuple(cfg["betas"])} if cfg.get("betas") else {}
     results = {"accuracy": {}, "validation": {}, "by_span": {}, "histories": {}, "models": {}, "task": task,
                "config": cfg}
     for variant, data_controlled in (("data_controlled", True), ("fixed", False)):
         config.seed_everything(seed)
         model = models.build("gateloop", vocab_size=task.vocab_size, d_model=cfg["d_model"], n_layers=cfg["n_layers"],
                              n_heads=cfg["n_heads"], d_ff=2 * cfg["d_model"], data_controlled=data_controlled)
-        history = train.fit(model, task, steps=cfg["steps"], batch_size=cfg["batch_size"], lr=cfg["lr"], seed=seed,
-                            weight_decay=cfg["weight_decay"], warmup=cfg["warmup"], progress=progress,
-                            desc=f"GateLoop {variant}", callbacks=callbacks, eval_split=watched, **optimizer,
-                            eval_every=cfg.get("eval_every"),
-                            **checkpointing(checkpoint_dir, f"{variant}-seed{seed}", cfg["steps"]))
+        run = TrainConfig.from_sizes(cfg, seed=seed, progress=progress, desc=f"GateLoop {variant}",
+                                     eval_split=eval_split(task),
+                                     **checkpointing(checkpoint_dir, f"{variant}-seed{seed}", cfg["steps"]))
+        history = train.fit(model, task, run, callbacks=callbacks)
         results["histories"][variant] = history
         results["models"][variant] = model
         results["accuracy"][variant] = float(test_metrics(model, task, history)["accuracy"])

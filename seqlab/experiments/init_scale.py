@@ -92,5 +92,5 @@ def init_scale(*, profile: str | None = None, families=None, variants=None, out=
     todo = [s for s in specs(cfg) if A.spec_key(s, cfg) not in have]
 
     record = A.recorder(path, data, fields, verbose, describe=lambda run: f"{run['init']:>32s} " + A.describe_run(run))
-    A._run_all(todo, cfg, workers, record, progress, checkpoint_dir)
+    A.run_all(todo, cfg, workers, record, progress, checkpoint_dir)
     return {**data, "table": table(data["runs"])}

@@ -109,13 +109,13 @@ def scan_speed(*, lengths=(512, 1024, 2048, 4096, 8192), heads: int = 4, dim: in
 # quick digits: 2x2 binary patches on the 4x4 grid (16 tokens, vocabulary 16)
 DIGITS_SIZES = Sizes("lightnet-digits", dict(
     d_model=64, n_layers=2, n_heads=4, steps=300, batch_size=64, lr=3e-3, eval_every=50, threads=1,
-    task_kwargs=dict(layout="patches", patch=2, levels=2), lrpe_base=10.0, abs_pos=True))
+    task_config=dict(layout="patches", patch=2, levels=2), lrpe_base=10.0, abs_pos=True))
 
 # small and short, so that five variants train in about a minute; no absolute positions, so that MD-TPE and
 # MD-LRPE are the only sources of position (as in the paper's ablations)
 ABLATION_SIZES = Sizes("lightnet-ablation", dict(
     d_model=32, n_layers=1, n_heads=4, steps=120, batch_size=64, lr=5e-3, eval_every=None, threads=1,
-    task_kwargs=dict(layout="patches", patch=2, levels=2), lrpe_base=10.0, abs_pos=False))
+    task_config=dict(layout="patches", patch=2, levels=2), lrpe_base=10.0, abs_pos=False))
 
 ABLATIONS = {
     "LightNet": {},
@@ -127,25 +127,27 @@ ABLATIONS = {
 
 COPYING_SIZES = Sizes("lightnet-copying", dict(
     d_model=64, n_layers=2, n_heads=4, steps=120, batch_size=64, lr=3e-3, eval_every=50, threads=1,
-    task_kwargs=dict(min_len=8, max_len=8, autoregressive_n=64)))
+    task_config=dict(min_len=8, max_len=8, autoregressive_n=64)))
 
-_TRAIN_KEYS = ("steps", "batch_size", "lr", "eval_every", "threads", "task_kwargs")
+def _model_config(sizes: dict) -> dict:
+    """The sizes that are the model's: every key that is not a training setting (:class:`TrainConfig`'s fields)."""
+    from seqlab.train.config import TrainConfig
 
-
+    return {k: v for k, v in sizes.items() if k not in TrainConfig.fields()}
 
 
 def _train(task, model_config: dict, sizes: dict, *, seed: int, callbacks=(), desc: str | None = None,
            progress: bool = True, checkpoint_dir: str | None = None, run_name: str = "lightnet") -> dict:
     from seqlab import train
     from seqlab.models import build
+    from seqlab.train.config import TrainConfig
 
     config.seed_everything(seed)
     model = build("lightnet", vocab_size=task.vocab_size, num_classes=task.num_classes, seq_len=task.seq_len,
                   **model_config)
-    history = train.fit(model, task, steps=sizes["steps"], batch_size=sizes["batch_size"], lr=sizes["lr"], seed=seed,
-                        eval_every=sizes.get("eval_every"), callbacks=callbacks, threads=sizes.get("threads"),
-                        desc=desc, progress=progress, eval_split=eval_split(task),
-                        **checkpointing(checkpoint_dir, f"{run_name}-seed{seed}", sizes["steps"]))
+    run = TrainConfig.from_sizes(sizes, seed=seed, desc=desc, progress=progress, eval_split=eval_split(task),
+                                 **checkpointing(checkpoint_dir, f"{run_name}-seed{seed}", sizes["steps"]))
+    history = train.fit(model, task, run, callbacks=callbacks)
     final = test_metrics(model, task, history)
     return {"model": model, "history": history, "accuracy": float(final["accuracy"]), "loss": float(final["loss"]),
             "validation_accuracy": validation_accuracy(task, history), "config": model_config}
@@ -154,7 +156,7 @@ def _train(task, model_config: dict, sizes: dict, *, seed: int, callbacks=(), de
 def _digits_task(sizes: dict):
     from seqlab import tasks
 
-    return tasks.digits(**sizes["task_kwargs"])
+    return tasks.digits(**sizes["task_config"])
 
 
 @experiment("lightnet-digits")
@@ -164,7 +166,7 @@ def digits_classifier(*, profile: str | None = None, seed: int = 0, callbacks=()
     MD-LRPE and additive decay in one scan (eq. 8). Returns ``model, history, accuracy, loss, task, config``."""
     sizes = profile_sizes(DIGITS_SIZES, profile, overrides, strict=False)
     task = _digits_task(sizes)
-    model_config = {k: v for k, v in sizes.items() if k not in _TRAIN_KEYS}
+    model_config = _model_config(sizes)
     model_config["grid"] = task.info["grid"]
     out = _train(task, model_config, sizes, seed=seed, callbacks=callbacks, desc="LightNet on digits", progress=progress,
                  checkpoint_dir=checkpoint_dir, run_name="digits")
@@ -179,14 +181,14 @@ def ablation(*, profile: str | None = None, seed: int = 0, variants: dict | None
 
     ``variants``: ``{name: config changes}`` (default :data:`ABLATIONS`); ``callbacks_for(name)`` may
     return fit callbacks per variant. Returns ``rows`` (``variant, accuracy, loss, parameters`` and
-    ``validation_accuracy``: None unless ``task_kwargs`` give the digits a validation split), ``accuracy`` and
+    ``validation_accuracy``: None unless ``task_config`` give the digits a validation split), ``accuracy`` and
     ``validation`` (the rows' two accuracies), ``histories`` and ``models`` keyed by variant.
     """
     from seqlab.models import count_parameters
 
     sizes = profile_sizes(ABLATION_SIZES, profile, overrides, strict=False)
     task = _digits_task(sizes)
-    base = {k: v for k, v in sizes.items() if k not in _TRAIN_KEYS}
+    base = _model_config(sizes)
     base["grid"] = task.info["grid"]
     rows, histories, models = [], {}, {}
     for name, change in (variants or ABLATIONS).items():
@@ -208,16 +210,16 @@ def causal_lm(*, profile: str | None = None, seed: int = 0, callbacks=(), progre
     from seqlab import tasks
 
     sizes = profile_sizes(COPYING_SIZES, profile, overrides, strict=False)
-    task = tasks.copying(**sizes["task_kwargs"])
-    model_config = {k: v for k, v in sizes.items() if k not in _TRAIN_KEYS}
+    task = tasks.copying(**sizes["task_config"])
+    model_config = _model_config(sizes)
     config.seed_everything(seed)
     from seqlab import train
     from seqlab.models import build
+    from seqlab.train.config import TrainConfig
 
     model = build("lightnet", vocab_size=task.vocab_size, **model_config)
-    history = train.fit(model, task, steps=sizes["steps"], batch_size=sizes["batch_size"], lr=sizes["lr"], seed=seed,
-                        eval_every=sizes.get("eval_every"), callbacks=callbacks, threads=sizes.get("threads"),
-                        desc="causal LightNet on copying", progress=progress,
-                        **checkpointing(checkpoint_dir, f"copying-seed{seed}", sizes["steps"]))
+    run = TrainConfig.from_sizes(sizes, seed=seed, desc="causal LightNet on copying", progress=progress,
+                                 **checkpointing(checkpoint_dir, f"copying-seed{seed}", sizes["steps"]))
+    history = train.fit(model, task, run, callbacks=callbacks)
     return {"model": model, "history": history, "accuracy": float(history.final["accuracy"]),
             "final": dict(history.final), "task": task, "config": model_config}

@@ -38,11 +38,11 @@ __all__ = ["SIZES", "make_task", "matched_width", "comparison_models", "fst_comp
 SIZES = {
     "digits": Sizes("fst-comparison", dict(
         d_model=32, n_layers=2, steps=120, batch_size=32, lr=5e-3, transformer_lr=3e-3, eval_every=40, threads=1,
-        task_kwargs={}), section="digits"),
+        task_config={}), section="digits"),
     # quick listops: shallow expressions (depth <= 3, <= 4 arguments, 4..32 tokens) that a CPU learns in seconds
     "listops": Sizes("fst-comparison", dict(
         d_model=32, n_layers=2, steps=200, batch_size=32, lr=5e-3, transformer_lr=3e-3, eval_every=50, threads=1,
-        task_kwargs=dict(n_train=4000, n_validation=500, n_test=500, max_depth=3, max_args=4, min_length=4,
+        task_config=dict(train_size=4000, validation_size=500, test_size=500, max_depth=3, max_args=4, min_length=4,
                          max_length=32)), section="listops"),
 }
 
@@ -53,14 +53,14 @@ def _sizes(task: str, profile: str | None, overrides: dict) -> dict:
     return profile_sizes(SIZES[task], profile, overrides)
 
 
-def make_task(task: str, **task_kwargs):
+def make_task(task: str, **task_config):
     """``digits`` in its pixel-by-pixel layout, or ``listops``."""
     from seqlab import tasks
 
     if task == "digits":
-        return tasks.digits(layout="sequence", **task_kwargs)
+        return tasks.digits(layout="sequence", **task_config)
     if task == "listops":
-        return tasks.listops(**task_kwargs)
+        return tasks.listops(**task_config)
     raise ValueError(f"task: expected 'digits' or 'listops', got {task!r}")
 
 
@@ -117,7 +117,7 @@ def fst_comparison(*, task: str = "digits", profile: str | None = None, models=(
     "models", "alphas", "data"}``: ``accuracy``, ``validation`` and ``params`` the rows' test accuracy, validation
     accuracy and parameters by model, ``alpha2`` the first and the deepest FST block's, ``rows`` one
     dict per model (``model, config, params, test_accuracy, test_loss, validation_accuracy, seconds``; the runs
-    are watched on the task's validation split where ``task_kwargs`` give one, ``validation_accuracy`` is None
+    are watched on the task's validation split where ``task_config`` gives one, ``validation_accuracy`` is None
     otherwise), ``histories``
     and ``models`` by name, ``alphas`` the FST's ``[{"block", "alpha1", "alpha2"}]`` after training
     (``None`` when FST was not trained), ``data`` the task. ``callbacks`` are passed to every ``fit``; ``live`` (a
@@ -126,9 +126,10 @@ def fst_comparison(*, task: str = "digits", profile: str | None = None, models=(
     """
     from seqlab import readout, train
     from seqlab.models import build
+    from seqlab.train.config import TrainConfig
 
     sizes = _sizes(task, profile, overrides)
-    data = make_task(task, **sizes["task_kwargs"])
+    data = make_task(task, **sizes["task_config"])
     configs = comparison_models(vocab_size=data.vocab_size, num_classes=data.num_classes, seq_len=data.seq_len,
                                 d_model=sizes["d_model"], n_layers=sizes["n_layers"])
     unknown = set(models) - set(configs)
@@ -141,11 +142,10 @@ def fst_comparison(*, task: str = "digits", profile: str | None = None, models=(
         model = build(name, vocab_size=data.vocab_size, num_classes=data.num_classes, seq_len=data.seq_len, **cfg)
         lr = sizes["transformer_lr"] if name == "transformer" else sizes["lr"]
         start = time.perf_counter()
-        history = train.fit(model, data, steps=sizes["steps"], batch_size=sizes["batch_size"], lr=lr, seed=seed,
-                            eval_every=sizes["eval_every"], progress=progress,
-                            callbacks=[*callbacks, *([live.run(name)] if live is not None else [])],
-                            desc=f"{name} on {task}", threads=sizes["threads"], eval_split=eval_split(data),
-                            **checkpointing(checkpoint_dir, f"{name}-{task}-seed{seed}", sizes["steps"]))
+        run = TrainConfig.from_sizes(sizes, lr=lr, seed=seed, progress=progress, desc=f"{name} on {task}",
+                                     eval_split=eval_split(data),
+                                     **checkpointing(checkpoint_dir, f"{name}-{task}-seed{seed}", sizes["steps"]))
+        history = train.fit(model, data, run, callbacks=[*callbacks, *([live.run(name)] if live is not None else [])])
         seconds = time.perf_counter() - start
         final = test_metrics(model, data, history)
         rows.append({"model": name, "config": cfg, "params": params, "lr": lr,

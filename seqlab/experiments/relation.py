@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from seqlab import config
 from seqlab.experiments import experiment
+from seqlab.train.config import TrainConfig
 from seqlab.experiments._common import (Sizes, checkpointing, eval_split, profile_sizes, test_metrics,
                                         validation_accuracy)
 
@@ -57,6 +58,13 @@ GROUP_SETTING = {"post-norm": "post_norm", "pre-norm": "pre_norm", "activation":
                  "state-expansion": "state_expansion"}      # the block's keyword each group changes
 
 
+def _copy_run(s: dict, seed: int, model_name: str, run_name: str, checkpoint_dir, progress: bool) -> TrainConfig:
+    """A copying experiment's run of ``model_name`` at sizes ``s``, saved as ``run_name`` under ``checkpoint_dir``
+    and resumed from there."""
+    return TrainConfig.from_sizes(s, seed=seed, progress=progress, desc=model_name,
+                                  **checkpointing(checkpoint_dir, run_name, s["steps"]))
+
+
 def _copy_task(length: int, train_size: int, test_size: int, seed: int, validation_size: int | None = None):
     from seqlab import tasks
 
@@ -64,17 +72,16 @@ def _copy_task(length: int, train_size: int, test_size: int, seed: int, validati
                          autoregressive_n=0, validation_size=validation_size or 0)
 
 
-def train_copying(model_name: str, task, *, d_model: int, n_layers: int, steps: int, batch_size: int, lr: float,
-                  eval_every: int, seed: int = 0, callbacks=(), progress: bool = True, stop_at: float | None = None,
-                  checkpoint_dir: str | None = None, run_name: str | None = None, **model_config):
-    """Build ``model_name`` for ``task`` and fit it; ``stop_at``: stop once the accuracy on the watched split
-    (:func:`~seqlab.experiments._common.eval_split`: validation where the task has one, else test) reaches it.
-    ``checkpoint_dir``: save the run there as ``run_name`` (default ``model_name``) and resume it.
+def train_copying(model_name: str, task, run: TrainConfig, *, d_model: int, n_layers: int, callbacks=(),
+                  stop_at: float | None = None, **model_config):
+    """Build ``model_name`` for ``task`` and fit it as ``run`` says (its ``seed`` seeds the model too); ``stop_at``:
+    stop once the accuracy on the watched split (:func:`~seqlab.experiments._common.eval_split`: validation where
+    the task has one, else test) reaches it.
 
     Returns ``(model, history)``; ``history.final`` holds the last evaluation of the watched split."""
     from seqlab import models, train
 
-    config.seed_everything(seed)
+    config.seed_everything(run.seed)
     extra = {"n_heads": 1} if "transformer" in model_name else {}   # 001 App. D: one head was best
     model_config.setdefault("positions", "learned")                # 001 App. D: trainable positions, every model
     model = models.build(model_name, vocab_size=task.vocab_size, d_model=d_model, n_layers=n_layers, **extra, **model_config)
@@ -82,9 +89,7 @@ def train_copying(model_name: str, task, *, d_model: int, n_layers: int, steps: 
     watched = eval_split(task)
     if stop_at is not None:
         callbacks.append(_StopAt(stop_at, watched))
-    history = train.fit(model, task, steps=steps, batch_size=batch_size, lr=lr, seed=seed, eval_every=eval_every,
-                        callbacks=callbacks, progress=progress, desc=model_name, eval_split=watched,
-                        **checkpointing(checkpoint_dir, run_name or model_name, steps))
+    history = train.fit(model, task, TrainConfig.of(run, eval_split=watched), callbacks=callbacks)
     if history.final is None:   # stopped early: the last evaluation is the final one
         evals = history.split(watched)
         history.final = {k: v for k, v in evals[-1].items() if k not in ("step", "split")} if evals else None
@@ -112,12 +117,11 @@ def copying_pair(*, profile: str | None = None, seed: int = 0, callbacks=(), pro
     "task": the copying task, "sizes": ...}``."""
     s = profile_sizes(SIZES["copying"], profile, sizes)
     task = _copy_task(s["length"], s["train_size"], s["test_size"], seed, s.get("validation_size"))
-    run = {k: s[k] for k in ("d_model", "n_layers", "steps", "batch_size", "lr", "eval_every")}
     out = {"accuracy": {}, "validation": {}, "histories": {}, "models": {}, "task": task, "sizes": s}
     for name in ("causalrn", "linear-causalrn"):
         cbs = [cb.run(name) if hasattr(cb, "run") else cb for cb in callbacks]
-        model, history = train_copying(name, task, seed=seed, callbacks=cbs, progress=progress,
-                                       checkpoint_dir=checkpoint_dir, run_name=f"{name}-seed{seed}", **run)
+        run = _copy_run(s, seed, name, f"{name}-seed{seed}", checkpoint_dir, progress)
+        model, history = train_copying(name, task, run, d_model=s["d_model"], n_layers=s["n_layers"], callbacks=cbs)
         out["models"][name] = model
         out["histories"][name] = history
         out["accuracy"][name] = test_metrics(model, task, history)["accuracy"]
@@ -141,7 +145,6 @@ def copying_ablation(*, profile: str | None = None, seed: int = 0, groups=None, 
     if bad:
         raise ValueError(f"groups: unknown {bad}; expected some of {list(ABLATION_VARIANTS)}")
     task = _copy_task(s["length"], s["train_size"], s["test_size"], seed, s.get("validation_size"))
-    run = {k: s[k] for k in ("d_model", "n_layers", "steps", "batch_size", "lr", "eval_every")}
     cache: dict[tuple, tuple] = {}
     out = {"groups": {}, "final": {}, "validation": {}, "by_value": {}, "validation_by_value": {}, "sizes": s}
     for group in groups:
@@ -152,8 +155,9 @@ def copying_ablation(*, profile: str | None = None, seed: int = 0, groups=None, 
             key = tuple(sorted(cfg.items()))
             if key not in cache:
                 name = "-".join(f"{k}={v}" for k, v in key) + f"-seed{seed}"
-                model, history = train_copying("causalrn", task, seed=seed, progress=progress,
-                                               checkpoint_dir=checkpoint_dir, run_name=name, **run, **cfg)
+                run = _copy_run(s, seed, "causalrn", name, checkpoint_dir, progress)
+                model, history = train_copying("causalrn", task, run, d_model=s["d_model"], n_layers=s["n_layers"],
+                                               **cfg)
                 cache[key] = (history, test_metrics(model, task, history)["accuracy"])
             history, accuracy = cache[key]
             out["groups"][group][label] = history
@@ -176,15 +180,14 @@ def copying_scaling(*, profile: str | None = None, seed: int = 0, names=("causal
     accuracy where the run stopped]}, "at_longest": {"length", "steps": {name: steps, the budget where not
     reached}, "censored": {name: not reached}, "test_accuracy": {name: ...}}, ...}``."""
     s = profile_sizes(SIZES["scaling"], profile, sizes)
-    run = {k: s[k] for k in ("d_model", "n_layers", "batch_size", "lr", "eval_every")}
     out = {"lengths": list(s["lengths"]), "iterations": {}, "final": {}, "max_steps": s["steps"], "sizes": s}
     for name in names:
         out["iterations"][name], out["final"][name] = [], []
         for length in s["lengths"]:
             task = _copy_task(length, s["train_size"], s["test_size"], seed, s.get("validation_size"))
-            model, history = train_copying(name, task, steps=s["steps"], seed=seed, stop_at=threshold,
-                                           progress=progress, checkpoint_dir=checkpoint_dir,
-                                           run_name=f"{name}-L{length}-seed{seed}", **run)
+            run = _copy_run(s, seed, name, f"{name}-L{length}-seed{seed}", checkpoint_dir, progress)
+            model, history = train_copying(name, task, run, d_model=s["d_model"], n_layers=s["n_layers"],
+                                           stop_at=threshold)
             reached = [r["step"] for r in history.split(eval_split(task)) if r["accuracy"] >= threshold]
             out["iterations"][name].append(reached[0] if reached else None)
             out["final"][name].append(test_metrics(model, task, history)["accuracy"])
@@ -211,9 +214,9 @@ def birn_digits(*, profile: str | None = None, seed: int = 0, callbacks=(), prog
     config.seed_everything(seed)
     model = models.build("birn", vocab_size=task.vocab_size, num_classes=task.num_classes, max_len=task.seq_len,
                          d_model=s["d_model"], n_layers=s["n_layers"], pre_norm=s["pre_norm"])
-    history = train.fit(model, task, steps=s["steps"], batch_size=s["batch_size"], lr=s["lr"], seed=seed,
-                        callbacks=callbacks, progress=progress, desc="birn",
-                        **checkpointing(checkpoint_dir, f"birn-seed{seed}", s["steps"]))
+    run = TrainConfig.from_sizes(s, seed=seed, progress=progress, desc="birn",
+                                 **checkpointing(checkpoint_dir, f"birn-seed{seed}", s["steps"]))
+    history = train.fit(model, task, run, callbacks=callbacks)
     test = task.tensors("test")
     tokens = test["input_ids"][:examples]
     heat = readout.birn_cls_heatmap(model, tokens, task.info["grid"], layer=-1)
@@ -250,9 +253,9 @@ def text_model(*, profile: str | None = None, seed: int = 0, callbacks=(), progr
     task = tasks.text(dataset=dataset, dataset_config=dataset_config, seq_len=s["seq_len"], max_chars=s["max_chars"])
     config.seed_everything(seed)
     model = models.build("linear-causalrn", vocab_size=task.vocab_size, d_model=s["d_model"], n_layers=s["n_layers"])
-    history = train.fit(model, task, steps=s["steps"], batch_size=s["batch_size"], lr=s["lr"], seed=seed,
-                        callbacks=callbacks, progress=progress, desc="linear-causalrn (text)",
-                        **checkpointing(checkpoint_dir, f"text-seed{seed}", s["steps"]))
+    run = TrainConfig.from_sizes(s, seed=seed, progress=progress, desc="linear-causalrn (text)",
+                                 **checkpointing(checkpoint_dir, f"text-seed{seed}", s["steps"]))
+    history = train.fit(model, task, run, callbacks=callbacks)
     sample = seqlab.generate(model, prompt, new_tokens, temperature=temperature, top_k=top_k, seed=seed)
     return {"history": history, "model": model, "task": task, "sample": sample,
             "bits_per_char": history.final["loss"] / math.log(2), "sizes": s}

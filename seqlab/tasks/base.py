@@ -11,6 +11,7 @@ and a batch from ``batches``; ``evaluate`` in ``seqlab.train`` aggregates them e
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -24,6 +25,20 @@ def split_sizes(train_size: int, test_size: int, validation_size: int = 0) -> li
     """The order a generated task draws its splits from one stream: train, test, then validation (when asked
     for), so that adding a validation split leaves the train and test splits as they were."""
     return [("train", train_size), ("test", test_size)] + ([("validation", validation_size)] if validation_size else [])
+
+
+def renamed_arguments(**renames: str):
+    """Decorator: the task refuses the names its arguments had before every task spelled its splits one way
+    (counts ``train_size, validation_size, test_size``; fractions ``validation_fraction, test_fraction``), with
+    a ``TypeError`` naming the new one."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def task(*args, **kwargs):
+            for old in sorted(renames.keys() & kwargs.keys()):
+                raise TypeError(f"{fn.__name__}() got {old}: the argument is now {renames[old]}")
+            return fn(*args, **kwargs)
+        return task
+    return wrap
 
 
 def validation_param(validation_size: int) -> dict:

@@ -30,7 +30,7 @@ import random
 import numpy as np
 
 from seqlab.tasks._cache import cached_splits
-from seqlab.tasks.base import Task
+from seqlab.tasks.base import Task, renamed_arguments
 
 __all__ = ["listops", "OPERATORS", "ITOS", "generate_tree", "tree_tokens", "tree_value"]
 
@@ -113,7 +113,8 @@ def decode(ids) -> list[str]:
     return [ITOS[int(i)] for i in ids if int(i) != STOI[PAD]]
 
 
-def listops(*, n_train: int = 4000, n_validation: int = 500, n_test: int = 500, max_depth: int = 4,
+@renamed_arguments(n_train="train_size", n_validation="validation_size", n_test="test_size")
+def listops(*, train_size: int = 4000, validation_size: int = 500, test_size: int = 500, max_depth: int = 4,
             max_args: int = 5, min_length: int = 8, max_length: int = 64, op_prob: float = 0.25,
             seed: int = 0) -> Task:
     """The ListOps task: classify an expression by its value (10 classes).
@@ -124,7 +125,7 @@ def listops(*, n_train: int = 4000, n_validation: int = 500, n_test: int = 500, 
     """
     from datasets import Dataset
 
-    for name, value in (("n_train", n_train), ("n_validation", n_validation), ("n_test", n_test),
+    for name, value in (("train_size", train_size), ("validation_size", validation_size), ("test_size", test_size),
                         ("max_depth", max_depth), ("min_length", min_length), ("max_length", max_length)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}: expected a positive int, got {value!r}")
@@ -134,13 +135,14 @@ def listops(*, n_train: int = 4000, n_validation: int = 500, n_test: int = 500, 
         raise ValueError(f"min_length: expected <= max_length={max_length}, got {min_length}")
     if not 0.0 < op_prob < 1.0:
         raise ValueError(f"op_prob: expected a probability in (0, 1), got {op_prob!r}")
-    params = {"n_train": n_train, "n_validation": n_validation, "n_test": n_test, "max_depth": max_depth,
+    # the cache key keeps the names the caches were made with
+    params = {"n_train": train_size, "n_validation": validation_size, "n_test": test_size, "max_depth": max_depth,
               "max_args": max_args, "min_length": min_length, "max_length": max_length, "op_prob": op_prob,
               "seed": seed, "generator_version": GENERATOR_VERSION}
 
     def build() -> dict:
         rng, seen = random.Random(seed), set()
-        sizes = {"train": n_train, "validation": n_validation, "test": n_test}
+        sizes = {"train": train_size, "validation": validation_size, "test": test_size}
         max_tries = 200 * sum(sizes.values()) + 10_000
         splits = {}
         for split, n in sizes.items():

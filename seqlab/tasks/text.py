@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from seqlab.tasks._cache import cached_splits
-from seqlab.tasks.base import Task
+from seqlab.tasks.base import Task, renamed_arguments
 
 __all__ = ["text", "encode", "decode", "shakespeare", "CORPUS", "VOCAB_SIZE"]
 
@@ -112,9 +112,10 @@ def _windows(ids: np.ndarray, seq_len: int) -> dict:
     return {"input_ids": w[:, :-1].tolist(), "labels": w[:, 1:].tolist()}
 
 
+@renamed_arguments(valid_fraction="validation_fraction")
 def text(files=None, *, dataset: str | None = None, dataset_config: str | None = None, data_files=None,
          text_column: str = "text", seq_len: int = 128, max_chars: int | None = 2_000_000,
-         valid_fraction: float = 0.05, test_fraction: float = 0.05) -> Task:
+         validation_fraction: float = 0.05, test_fraction: float = 0.05) -> Task:
     """A character-level language-modelling task (``vocab_size = 128``).
 
     ``files``: local text file(s); ``dataset``: a HuggingFace dataset name (see the module doc);
@@ -128,7 +129,7 @@ def text(files=None, *, dataset: str | None = None, dataset_config: str | None =
         raise ValueError(f"seq_len: expected a positive int, got {seq_len!r}")
     if max_chars is not None and (not isinstance(max_chars, int) or max_chars < 2):
         raise ValueError(f"max_chars: expected None or an int >= 2, got {max_chars!r}")
-    for name, v in (("valid_fraction", valid_fraction), ("test_fraction", test_fraction)):
+    for name, v in (("validation_fraction", validation_fraction), ("test_fraction", test_fraction)):
         if not 0 < v < 0.5:
             raise ValueError(f"{name}: expected a number in (0, 0.5), got {v!r}")
 
@@ -144,7 +145,8 @@ def text(files=None, *, dataset: str | None = None, dataset_config: str | None =
         raise ValueError(f"the corpus ({source}) has {len(corpus)} characters, too few for three splits of "
                          f"windows of seq_len + 1 = {seq_len + 1}")
     digest = hashlib.sha256(corpus.encode("ascii")).hexdigest()[:16]
-    params = dict(source=source, digest=digest, seq_len=seq_len, valid_fraction=valid_fraction,
+    # the cache key keeps the names the caches were made with
+    params = dict(source=source, digest=digest, seq_len=seq_len, valid_fraction=validation_fraction,
                   test_fraction=test_fraction)
 
     def build() -> dict:
@@ -152,7 +154,7 @@ def text(files=None, *, dataset: str | None = None, dataset_config: str | None =
 
         ids = np.frombuffer(corpus.encode("ascii"), dtype=np.uint8).astype(np.int64)
         n = len(ids)
-        n_valid = max(seq_len + 1, int(n * valid_fraction))
+        n_valid = max(seq_len + 1, int(n * validation_fraction))
         n_test = max(seq_len + 1, int(n * test_fraction))
         n_train = n - n_valid - n_test
         parts = {"train": ids[:n_train], "validation": ids[n_train:n_train + n_valid], "test": ids[n_train + n_valid:]}
@@ -161,4 +163,6 @@ def text(files=None, *, dataset: str | None = None, dataset_config: str | None =
     splits = cached_splits("text", params, build)
     return Task(name="text", splits=splits, seq_len=seq_len, vocab_size=VOCAB_SIZE, num_classes=None,
                 itos=[chr(i) for i in range(VOCAB_SIZE)],
-                info={**params, "characters": len(corpus)})
+                info={"source": source, "digest": digest, "seq_len": seq_len,
+                      "validation_fraction": validation_fraction, "test_fraction": test_fraction,
+                      "characters": len(corpus)})

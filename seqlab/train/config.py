@@ -2,7 +2,8 @@
 
 ``fit(model, task, cfg)`` takes one; ``fit(model, task, steps=800, lr=1e-3)`` builds one from keywords (how the
 lessons read). The command line's ``train`` flags are its fields (``--batch-size`` is ``batch_size``), a ``train``
-TOML file's top-level keys are its fields, the experiments' sizes use the same names, and a checkpoint's ``run``
+TOML file's top-level keys are its fields, the experiments' sizes use the same names (:meth:`TrainConfig.from_sizes`
+reads a profile's sizes into one: the one road from a profile to ``fit``), and a checkpoint's ``run``
 holds them: :meth:`TrainConfig.from_run` reads one back. Every field is checked when the config is made, and an
 error names the field and what was expected.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from seqlab.train.interrupt import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
@@ -110,6 +112,15 @@ class TrainConfig:
         if unknown:
             raise TypeError(f"unexpected training setting(s) {unknown}; the fields of TrainConfig are {cls.fields()}")
         return dataclasses.replace(cfg, **settings) if cfg is not None else cls(**settings)
+
+    @classmethod
+    def from_sizes(cls, sizes: Mapping, **overrides) -> "TrainConfig":
+        """The run a profile's sizes describe: every key of ``sizes`` that is a field (``steps``, ``batch_size``,
+        ``lr``, ``warmup``, ``betas``, ``task_config``, ...), None meaning the field's default (TOML has no null),
+        with ``overrides`` on top. The other keys (a model's, a task's, a grid's) are not the run's and are left
+        out."""
+        known = {k: v for k, v in sizes.items() if k in cls.fields() and v is not None}
+        return cls.of(cls(**known), **overrides)
 
     @classmethod
     def fields(cls) -> list[str]:

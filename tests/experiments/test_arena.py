@@ -10,6 +10,7 @@ import pytest
 
 from seqlab import experiments, models
 from seqlab.experiments import arena as A
+from seqlab.experiments import arena_runner, rate_search
 
 
 @pytest.mark.parametrize("width", [16, 32, 64])
@@ -162,8 +163,8 @@ def test_curve_thresholds():
 
 def test_the_grid_workers_checkpoint_like_a_single_run(monkeypatch, tmp_path):
     seen = []
-    monkeypatch.setattr(A, "run_one", lambda spec, cfg, checkpoint_dir=None: seen.append(checkpoint_dir) or {})
-    A._worker(({"family": "gateloop"}, {}, str(tmp_path)))
+    monkeypatch.setattr(arena_runner, "run_one", lambda spec, cfg, checkpoint_dir=None: seen.append(checkpoint_dir) or {})
+    arena_runner._worker(({"family": "gateloop"}, {}, str(tmp_path)))
     assert seen == [str(tmp_path)]
 
 
@@ -188,6 +189,20 @@ def test_a_best_rate_at_an_edge_extends_the_grid_until_it_lies_inside():
     # two rates (the old medium grid) are searched as they are, and say the choice sits at an edge
     two = _cfg(lrs=[1e-3, 3e-3], families=["gateloop"])
     assert A.rate_grid(done, two, "gateloop", "mqar")["at_edge"] is True
+
+
+def test_the_arena_and_the_claims_share_one_rate_search():
+    """One extension rule: the claims' search over k (rates times 3 ** k) and the arena's over rates stop after the
+    same number of steps a side."""
+    from seqlab.claims import run
+
+    assert run.MAX_EXTENSIONS == A.MAX_EXTENSIONS == rate_search.MAX_EXTENSIONS
+    assert run.best_rate is A.best_rate is rate_search.best_rate
+    rising = {k: k for k in range(-10, 10)}                     # the largest k always best: extended to the limit
+    assert run.search_grid(rising) == [-1, 0, 1, *range(2, 2 + rate_search.MAX_EXTENSIONS)]
+    cfg = _cfg(lrs=[1e-3, 3e-3, 1e-2], families=["gateloop"])
+    falling = {lr: -lr for lr in (1e-3, 3e-3, 1e-2, 3.33e-4, 1.11e-4, 3.7e-5)}
+    assert A.search_rates(falling, cfg) == [1.11e-4, 3.33e-4, 1e-3, 3e-3, 1e-2]
 
 
 def test_controls_run_beside_the_grid_and_a_task_whose_control_did_not_learn_is_not_ranked(tmp_path, monkeypatch):

@@ -98,8 +98,8 @@ def test_every_claim_has_medium_sizes_with_a_validation_split(claim_id):
     if "steps" in quick:                    # a timing has none
         assert medium["steps"] >= quick["steps"]
     if claim_id != "lightnet-one-scan":     # a timing: nothing is trained, no split to watch
-        task = medium.get("task_kwargs") or {}
-        assert medium.get("validation_size") or task.get("validation_fraction") or task.get("n_validation")
+        task = medium.get("task_config") or {}
+        assert medium.get("validation_size") or task.get("validation_fraction") or task.get("validation_size")
 
 
 # --------------------------------------------------------------------------------------------- end to end, tiny
@@ -213,14 +213,14 @@ def test_an_interrupted_claim_resumes_from_its_kept_seeds(tmp_path, monkeypatch)
     assert len(record["arms"]["causalrn"]) == 3
 
 
-def test_the_search_extends_past_an_edge_and_stops_after_three_steps():
+def test_the_search_extends_past_an_edge_and_stops_after_max_extensions_steps():
     grid = claims.run.search_grid
     assert grid({}) == [-1, 0, 1]
     assert grid({-1: 0.1, 0: 0.5, 1: 0.3}) == [-1, 0, 1]                    # best inside: done
     assert grid({-1: 0.1, 0: 0.2, 1: 0.3}) == [-1, 0, 1, 2]                 # best at the top: one more above
     assert grid({-1: 0.1, 0: 0.2, 1: 0.3, 2: 0.25}) == [-1, 0, 1, 2]
     falling = {-1: 0.5, 0: 0.2, 1: 0.3, -2: 0.6, -3: 0.7, -4: 0.8, -5: 0.9}
-    assert grid(falling) == [-4, -3, -2, -1, 0, 1]                         # three extensions at most
+    assert grid(falling) == [-3, -2, -1, 0, 1]                             # MAX_EXTENSIONS (2) at most
     assert grid({-1: 1.0, 0: 1.0, 1: 1.0}) == [-1, 0, 1]                    # a tie goes inside
     assert grid({-1: 0.3, 0: 0.5, 1: float("-inf")}) == [-1, 0, 1]          # a diverged rate ranks last
 

@@ -44,16 +44,16 @@ def _write(tmp_path, text: str, name="run.toml") -> Path:
     return path
 
 
-QUICK = dict(a=1, threads=1, task_kwargs={})
+QUICK = dict(a=1, threads=1, task_config={})
 
 
 def test_file_sizes_name_what_is_wrong(tmp_path):
-    ok = _write(tmp_path, 'experiment = "x"\n[sizes]\na = 2\ntask_kwargs = { n = 3 }\n')
-    assert _common.file_sizes(ok, "x", QUICK) == {"a": 2, "threads": None, "task_kwargs": {"n": 3}}
+    ok = _write(tmp_path, 'experiment = "x"\n[sizes]\na = 2\ntask_config = { n = 3 }\n')
+    assert _common.file_sizes(ok, "x", QUICK) == {"a": 2, "threads": None, "task_config": {"n": 3}}
     with pytest.raises(ValueError, match=r"is for experiment 'x', not 'y'"):
         _common.file_sizes(ok, "y", QUICK)
     with pytest.raises(ValueError, match=r"unknown keys \['b'\].*lacks \['a'\]"):
-        _common.file_sizes(_write(tmp_path, "[sizes]\nb = 2\ntask_kwargs = {}\n", "b.toml"), "x", QUICK)
+        _common.file_sizes(_write(tmp_path, "[sizes]\nb = 2\ntask_config = {}\n", "b.toml"), "x", QUICK)
     with pytest.raises(ValueError, match=r"has no \[sizes.digits\] table"):
         _common.file_sizes(ok, "x", QUICK, section="digits")
     with pytest.raises(ValueError, match="is not valid TOML"):
@@ -111,17 +111,20 @@ def test_a_run_stopped_by_a_callback_stays_stopped_on_resume(tmp_path):
     from seqlab import tasks
 
     task = tasks.copying(min_len=3, max_len=3, train_size=64, test_size=16, autoregressive_n=0)
-    run = dict(d_model=16, n_layers=1, steps=40, batch_size=8, lr=1e-2, eval_every=2, checkpoint_dir=str(tmp_path))
-    _, first = train_copying("linear-causalrn", task, stop_at=0.0, **run)      # stops at the first evaluation
+    from seqlab.train.config import TrainConfig
+
+    run = TrainConfig(steps=40, batch_size=8, lr=1e-2, eval_every=2, checkpoint=str(tmp_path / "run.pt"), resume=True,
+                      progress=False)
+    _, first = train_copying("linear-causalrn", task, run, d_model=16, n_layers=1, stop_at=0.0)   # stops at once
     assert first.steps == 2
-    _, again = train_copying("linear-causalrn", task, stop_at=None, **run)
+    _, again = train_copying("linear-causalrn", task, run, d_model=16, n_layers=1, stop_at=None)
     assert again.steps == 2 and again.final == first.final
 
 
 def test_cli_experiment_with_a_config_file_and_a_checkpoint_folder(tmp_path, capsys):
     path = _write(tmp_path, 'experiment = "lightnet-copying"\npaper = "test"\n[sizes]\nd_model = 16\nn_layers = 1\n'
                   'n_heads = 2\nsteps = 3\nbatch_size = 8\nlr = 1e-2\nthreads = 1\n'
-                  'task_kwargs = { min_len = 3, max_len = 3, train_size = 64, test_size = 16, autoregressive_n = 4 }\n')
+                  'task_config = { min_len = 3, max_len = 3, train_size = 64, test_size = 16, autoregressive_n = 4 }\n')
     args = ["experiment", "lightnet-copying", "progress=False", "--config-file", str(path),
             "--checkpoint-dir", str(tmp_path / "runs")]
     assert main(args) == 0
@@ -288,3 +291,13 @@ def test_every_size_table_that_trains_names_its_settings_as_trainconfig_does():
             assert {"steps", "batch_size"} <= keys and ({"lr", "lrs"} & keys), (name, table.section)
             assert not keys & aliases, (name, sorted(keys & aliases))
             assert {"weight_decay", "warmup", "betas", "eval_every"} & keys <= set(TrainConfig.fields())
+
+
+def test_a_renamed_size_is_refused_naming_its_new_name(tmp_path):
+    from seqlab import experiments
+
+    path = _write(tmp_path, 'experiment = "x"\n[sizes]\na = 2\ntask_kwargs = {}\n')
+    with pytest.raises(TypeError, match="task_kwargs is now task_config"):
+        _common.file_sizes(path, "x", QUICK)
+    with pytest.raises(TypeError, match="task_kwargs is now task_config"):
+        experiments.run("lightnet-ablation", task_kwargs={}, progress=False)

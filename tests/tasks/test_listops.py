@@ -48,7 +48,7 @@ def test_evaluator_on_hand_worked_examples():
 
 @pytest.fixture(scope="module")
 def task():
-    return listops(n_train=1500, n_validation=300, n_test=300)
+    return listops(train_size=1500, validation_size=300, test_size=300)
 
 
 def test_every_label_agrees_with_independent_evaluator(task):
@@ -84,16 +84,16 @@ def test_splits_are_disjoint_and_seeded(task, tmp_path, monkeypatch):
     fresh = []
     for folder in ("a", "b"):
         monkeypatch.setenv("SEQLAB_DATA", str(tmp_path / folder))
-        fresh.append(listops(n_train=300, n_validation=50, n_test=50))
+        fresh.append(listops(train_size=300, validation_size=50, test_size=50))
         assert (tmp_path / folder / "cache").exists()
     assert fresh[0].splits["test"]["input_ids"] == fresh[1].splits["test"]["input_ids"]
     assert fresh[0].splits["train"]["labels"] == fresh[1].splits["train"]["labels"]
-    other = listops(n_train=300, n_validation=50, n_test=50, seed=1)
+    other = listops(train_size=300, validation_size=50, test_size=50, seed=1)
     assert other.splits["test"]["input_ids"] != fresh[0].splits["test"]["input_ids"]
 
 
 def test_longer_bounds_and_all_operators():
-    t = listops(n_train=50, n_validation=10, n_test=40, max_depth=6, max_args=6, min_length=100, max_length=256)
+    t = listops(train_size=50, validation_size=10, test_size=40, max_depth=6, max_args=6, min_length=100, max_length=256)
     lengths = [len(decode(ids)) for ids in t.splits["test"]["input_ids"]]
     assert min(lengths) >= 100 and max(lengths) <= 256
     seen = set()
@@ -109,5 +109,12 @@ def test_bad_arguments():
         listops(max_args=1)
     with pytest.raises(ValueError, match="min_length: expected <= max_length"):
         listops(min_length=70, max_length=64)
-    with pytest.raises(ValueError, match="n_test: expected a positive int"):
-        listops(n_test=0)
+    with pytest.raises(ValueError, match="test_size: expected a positive int"):
+        listops(test_size=0)
+
+
+@pytest.mark.parametrize("old,new", [("n_train", "train_size"), ("n_validation", "validation_size"),
+                                     ("n_test", "test_size")])
+def test_the_old_split_names_are_refused_naming_the_new_one(old, new):
+    with pytest.raises(TypeError, match=f"listops\\(\\) got {old}: the argument is now {new}"):
+        listops(**{old: 10})

@@ -78,3 +78,19 @@ def test_errors():
         text_task(files=[FIXTURE], seq_len=100_000)
     with pytest.raises(ValueError, match="one source"):
         text_task(files=[FIXTURE], dataset="text")
+    with pytest.raises(TypeError, match=r"text\(\) got valid_fraction: the argument is now validation_fraction"):
+        text_task(files=[FIXTURE], valid_fraction=0.1)
+
+
+def test_every_task_spells_its_splits_one_way():
+    """Counts ``train_size, validation_size, test_size``; fractions ``validation_fraction, test_fraction``."""
+    import inspect
+
+    from seqlab import tasks
+
+    split_words = ("train", "valid", "test", "n_")
+    for name in tasks.NAMES:
+        params = inspect.signature(tasks.TASKS.lookup(name)).parameters
+        splits = {p for p in params if p.startswith(split_words)}
+        assert splits <= {"train_size", "validation_size", "test_size", "validation_fraction", "test_fraction"}, \
+            (name, splits)

@@ -105,3 +105,29 @@ def test_an_experiments_sizes_reach_its_runs_under_the_same_names(tmp_path):
         back = TrainConfig.from_run(train.load_checkpoint(path)["run"])
         assert {k: getattr(back, k) for k in ("steps", "batch_size", "lr", "weight_decay", "warmup", "betas")} == \
             {k: sizes[k] for k in ("steps", "batch_size", "lr", "weight_decay", "warmup", "betas")}
+
+
+def test_a_profiles_sizes_become_a_config_in_one_place():
+    """``from_sizes`` keeps the sizes that are fields (None: the default), leaves a model's or a task's keys out and
+    lets keywords win."""
+    sizes = dict(steps=5, batch_size=4, lr=2e-3, warmup=None, betas=[0.8, 0.9], d_model=8, seq_len=16,
+                 task_config={"min_len": 2})
+    cfg = TrainConfig.from_sizes(sizes, seed=3, lr=1e-2)
+    assert (cfg.steps, cfg.batch_size, cfg.lr, cfg.seed, cfg.warmup, cfg.betas) == (5, 4, 1e-2, 3, None, (0.8, 0.9))
+    assert cfg.task_config == {"min_len": 2}
+    with pytest.raises(TypeError, match=r"unexpected training setting\(s\) \['stesp'\]"):
+        TrainConfig.from_sizes(sizes, stesp=3)
+
+
+def test_every_experiment_reaches_fit_through_a_trainconfig():
+    """``fit(model, task, cfg)``: no experiment spells a run's settings as keywords of ``fit``."""
+    import ast
+    import pathlib
+
+    import seqlab.experiments
+
+    for path in sorted(pathlib.Path(seqlab.experiments.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "fit":
+                keywords = {k.arg for k in node.keywords}
+                assert len(node.args) == 3 and keywords <= {"callbacks"}, f"{path.name}:{node.lineno}"
