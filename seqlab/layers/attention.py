@@ -5,7 +5,8 @@ Softmax attention (Vaswani et al. 2017): ``softmax(Q K^T / sqrt(d) + mask) V``, 
 bidirectional classifier).
 
 Linear attention (Katharopoulos et al. 2020, "Transformers are RNNs", §3.2-3.3): replace the
-similarity ``exp(q.k)`` by ``phi(q).phi(k)`` with the feature map ``phi(x) = elu(x) + 1`` (> 0), so
+similarity ``exp(q.k)`` by ``phi(q).phi(k)`` with the feature map ``phi(x) = elu(x) + 1`` (> 0), or Based's
+second-order Taylor expansion of ``exp(q.k / sqrt(d))`` (``taylor_feature_map``, arXiv 2402.18668), so
 
     y_i = phi(q_i)^T S_i / (phi(q_i)^T z_i),   S_i = sum_{j<=i} phi(k_j) v_j^T,   z_i = sum_{j<=i} phi(k_j)
 
@@ -26,9 +27,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from seqlab.layers.conv import conv_state_size, convolve, convolve_from, joined, make_short_conv, with_conv_state
 from seqlab.ops import check_mode, check_tensor
 
-__all__ = ["elu_feature_map", "linear_attention", "MLP", "TransformerBlock", "LinearTransformerBlock"]
+__all__ = ["elu_feature_map", "taylor_feature_map", "FEATURE_MAPS", "linear_attention", "MLP", "TransformerBlock",
+           "LinearTransformerBlock"]
 
 LINEAR_ATTENTION_MODES = ("auto", "quadratic", "cumsum", "chunked", "numba", "triton")
 _EPS = 1e-6   # the floor of the normaliser phi(q_i) . z_i
@@ -41,6 +44,18 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
     ``exp(x)`` keeps the tiny positive value. (The clamp keeps the unused branch from overflowing.)
     """
     return torch.where(x > 0, x + 1.0, torch.exp(torch.clamp(x, max=0.0)))
+
+
+def taylor_feature_map(x: torch.Tensor) -> torch.Tensor:
+    """Based's ``phi(x) = [1, x / d^(1/4), (x ⊗ x) / sqrt(2 d)]`` on ``(..., d)`` -> ``(..., 1 + d + d^2)``, so that
+    ``phi(q).phi(k) = 1 + s + s^2 / 2`` with ``s = q.k / sqrt(d)``: the Taylor expansion of ``exp(s)`` to second
+    order, positive for every ``s`` (arXiv 2402.18668 §4)."""
+    d = x.shape[-1]
+    outer = (x[..., :, None] * x[..., None, :]).flatten(-2)                # (..., d * d): x_i x_j
+    return torch.cat([torch.ones_like(x[..., :1]), x / d ** 0.25, outer / (2 * d) ** 0.5], dim=-1)
+
+
+FEATURE_MAPS = {"elu": elu_feature_map, "taylor": taylor_feature_map}   # feature_map= of the Linear Transformer
 
 
 def _divide(num: torch.Tensor, den: torch.Tensor, eps: float) -> torch.Tensor:
@@ -160,16 +175,19 @@ class _AttentionBlock(nn.Module):
 
     ``init_std``: the normal std of the four linears (qkv, out, and the MLP's two), biases zero: a number (GPT-2's
     0.02), or ``"fan_in"``, ``1/sqrt(fan_in)`` for each (``1/sqrt(d_model)``, and ``1/sqrt(mlp_ratio d_model)`` for
-    the MLP's second layer): the scale follows the width."""
+    the MLP's second layer): the scale follows the width. ``qk_dim``: the width of a head's queries and keys
+    (default ``d_model / heads``, the values' width)."""
 
     def __init__(self, d_model: int, heads: int = 4, mlp_ratio: float = 4.0, dropout: float = 0.0,
-                 causal: bool = True, init_std: float | str = 0.02):
+                 causal: bool = True, init_std: float | str = 0.02, qk_dim: int | None = None):
         super().__init__()
         if not isinstance(heads, int) or heads < 1 or d_model % heads:
             raise ValueError(f"heads: expected a positive int dividing d_model={d_model}, got {heads!r}")
         self.d_model, self.heads, self.causal, self.dropout = d_model, heads, causal, dropout
+        self.qk_dim = qk_dim or d_model // heads
+        self.conv = None        # a ShortConv on the mixing layer's input (seqlab.layers.conv), where a subclass has one
         self.norm1 = nn.LayerNorm(d_model)
-        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.qkv = nn.Linear(d_model, 2 * heads * self.qk_dim + d_model)
         self.out = nn.Linear(d_model, d_model)
         self.norm2 = nn.LayerNorm(d_model)
         self.mlp = MLP(d_model, mlp_ratio, dropout)
@@ -183,11 +201,15 @@ class _AttentionBlock(nn.Module):
             nn.init.zeros_(lin.bias)
 
     def heads_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(B, L, D)`` (already normalised) -> ``q, k, v`` of shape ``(B, H, L, D/H)``."""
+        """``(B, L, D)`` (already normalised) -> ``q, k`` ``(B, H, L, qk_dim)`` and ``v`` ``(B, H, L, D/H)``."""
         B, L, D = x.shape
-        qkv = self.qkv(x).view(B, L, 3, self.heads, D // self.heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)               # each (B, H, L, d)
-        return q, k, v
+        width = self.heads * self.qk_dim
+        q, k, v = self.qkv(x).split([width, width, D], dim=-1)
+        return tuple(t.view(B, L, self.heads, -1).transpose(1, 2) for t in (q, k, v))   # each (B, H, L, d)
+
+    def mixer_input(self, x: torch.Tensor) -> torch.Tensor:
+        """What the mixing layer reads of the block's input ``x`` (B, L, D): ``LN(x)``, through the conv if any."""
+        return convolve(self.conv, self.norm1(x))
 
     def mix(self, q, k, v) -> torch.Tensor:
         """The token mixing of a subclass: ``q, k, v (B, H, L, d) -> (B, H, L, d)``."""
@@ -197,7 +219,7 @@ class _AttentionBlock(nn.Module):
         check_tensor("x", x, ndim=3)
         if x.shape[-1] != self.d_model:
             raise ValueError(f"x: expected last dimension d_model={self.d_model}, got shape {tuple(x.shape)}")
-        return self._around(self.mix(*self.heads_qkv(self.norm1(x))), x)
+        return self._around(self.mix(*self.heads_qkv(self.mixer_input(x))), x)
 
     def _around(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The rest of the block around the mixing ``y`` (B, H, L, d): output projection, residuals, MLP."""
@@ -216,8 +238,9 @@ class _AttentionBlock(nn.Module):
 
     def prefill(self, x: torch.Tensor, state):
         """``x`` (B, P, D) after the tokens ``state`` holds, in one parallel pass: ``(y, state)``."""
-        y, state = self.mix_cached(*self.heads_qkv(self.norm1(x)), state)
-        return self._around(y, x), state
+        h, inner, c = convolve_from(self.conv, self.norm1(x), state)
+        y, inner = self.mix_cached(*self.heads_qkv(h), inner)
+        return self._around(y, x), joined(c, inner)
 
     def step(self, x_t: torch.Tensor, state):
         """One token ``x_t`` (B, D): ``(y_t, state)``."""
@@ -254,7 +277,7 @@ class TransformerBlock(_AttentionBlock):
     @torch.no_grad()
     def attention_matrix(self, x: torch.Tensor) -> torch.Tensor:
         """The softmax attention weights ``(B, H, L, L)`` this block applies to its input ``x`` (for pictures)."""
-        q, k, _ = self.heads_qkv(self.norm1(x))
+        q, k, _ = self.heads_qkv(self.mixer_input(x))
         scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
         if self.causal:
             L = scores.shape[-1]
@@ -263,29 +286,44 @@ class TransformerBlock(_AttentionBlock):
 
 
 class LinearTransformerBlock(_AttentionBlock):
-    """Pre-norm linear-attention block (Katharopoulos et al. 2020, elu+1 features)."""
+    """Pre-norm linear-attention block (Katharopoulos et al. 2020).
+
+    ``feature_map``: ``"elu"`` (elu+1, the paper's) or ``"taylor"`` (Based's second-order Taylor expansion of
+    ``exp``, of ``1 + f + f^2`` features); ``feature_dim``: the width ``f`` of a head's queries and keys before the
+    map (default ``d_model / heads``; Based projects them to 16); ``short_conv``: the width of a causal depthwise
+    convolution on the mixing layer's input (0: none). The state per sequence is ``heads * phi_dim * (d + 1)``
+    floats (``d = d_model / heads``) and the conv's last ``short_conv - 1`` inputs."""
 
     def __init__(self, d_model: int, heads: int = 4, mlp_ratio: float = 4.0, dropout: float = 0.0,
-                 causal: bool = True, mode: str = "auto", chunk: int = 64, init_std: float | str = 0.02):
-        super().__init__(d_model, heads, mlp_ratio, dropout, causal, init_std)
+                 causal: bool = True, mode: str = "auto", chunk: int = 64, init_std: float | str = 0.02,
+                 feature_map: str = "elu", feature_dim: int | None = None, short_conv: int = 0):
+        if feature_map not in FEATURE_MAPS:
+            raise ValueError(f"feature_map: expected one of {', '.join(map(repr, FEATURE_MAPS))}, got {feature_map!r}")
+        if feature_dim is not None and (isinstance(feature_dim, bool) or not isinstance(feature_dim, int)
+                                        or feature_dim < 1):
+            raise ValueError(f"feature_dim: expected None (the head width) or a positive int, got {feature_dim!r}")
+        super().__init__(d_model, heads, mlp_ratio, dropout, causal, init_std, qk_dim=feature_dim)
         self.mode = check_mode("LinearTransformerBlock", mode, LINEAR_ATTENTION_MODES)
         self.chunk = chunk
+        self.feature_map, self.phi = feature_map, FEATURE_MAPS[feature_map]
+        self.phi_dim = self.phi(torch.zeros(self.qk_dim)).shape[-1]           # features a query or key becomes
+        self.conv = make_short_conv(d_model, short_conv)
 
     def mix(self, q, k, v) -> torch.Tensor:
-        return linear_attention(q, k, v, causal=self.causal, mode=self.mode, chunk=self.chunk)
+        return linear_attention(q, k, v, causal=self.causal, mode=self.mode, chunk=self.chunk, feature_map=self.phi)
 
-    # -- decoding: the RNN state [S | z] of §3.4, (B, H, d, e + 1): S_i = sum phi(k_j) v_j^T, z_i = sum phi(k_j) -----
-    def init_state(self, batch: int, *, device=None, dtype=torch.float32) -> torch.Tensor:
+    # -- decoding: the RNN state [S | z] of §3.4, (B, H, phi_dim, e + 1): S_i = sum phi(k_j) v_j^T, z_i = sum phi(k_j)
+    def init_state(self, batch: int, *, device=None, dtype=torch.float32):
         self._check_causal()
-        d = self.d_model // self.heads
-        return torch.zeros(batch, self.heads, d, d + 1, device=device, dtype=dtype)
+        S = torch.zeros(batch, self.heads, self.phi_dim, self.d_model // self.heads + 1, device=device, dtype=dtype)
+        return with_conv_state(self.conv, S, batch, device=device, dtype=dtype)
 
     def mix_cached(self, q, k, v, state):
         """GateLoop's recurrence with ``a = 1`` started from ``h0 = [S | z]`` (a column of ones appended to ``v``
         makes its last output column the normaliser ``phi(q_i) . z_i``); the op returns the final state."""
         from seqlab.ops import gateloop
 
-        fq, fk = elu_feature_map(q), elu_feature_map(k)
+        fq, fk = self.phi(q), self.phi(k)
         ve = torch.cat([v, v.new_ones(*v.shape[:-1], 1)], dim=-1)
         mode = self.mode if self.mode in ("numba", "triton") else "auto"
         y, state = gateloop(fq, fk, ve, torch.ones_like(fk), h0=state, mode=mode, return_state=True)
@@ -294,22 +332,23 @@ class LinearTransformerBlock(_AttentionBlock):
     def step(self, x_t: torch.Tensor, state):
         """One token (Katharopoulos et al. 2020, eq. 18-20): ``[S | z] += phi(k_t) [v_t | 1]``,
         ``y_t = phi(q_t) S / (phi(q_t) . z)``."""
-        q, k, v = (t[:, :, 0] for t in self.heads_qkv(self.norm1(x_t[:, None])))   # (B, H, d)
-        fq, fk = elu_feature_map(q), elu_feature_map(k)
+        h, S, c = convolve_from(self.conv, self.norm1(x_t[:, None]), state)
+        q, k, v = (t[:, :, 0] for t in self.heads_qkv(h))                                # (B, H, d)
+        fq, fk = self.phi(q), self.phi(k)
         ve = torch.cat([v, v.new_ones(*v.shape[:-1], 1)], dim=-1)
-        state = state + fk[..., None] * ve[..., None, :]
-        y = torch.einsum("bhd,bhde->bhe", fq, state)
+        S = S + fk[..., None] * ve[..., None, :]
+        y = torch.einsum("bhd,bhde->bhe", fq, S)
         y = _divide(y[..., None, :-1], y[..., None, -1], _EPS)                          # (B, H, 1, e)
-        return self._around(y, x_t[:, None])[:, 0], state
+        return self._around(y, x_t[:, None])[:, 0], joined(c, S)
 
     def state_size(self, t: int) -> int:
-        return self.d_model * (self.d_model // self.heads + 1)
+        return self.heads * self.phi_dim * (self.d_model // self.heads + 1) + conv_state_size(self.conv)
 
     @torch.no_grad()
     def attention_matrix(self, x: torch.Tensor) -> torch.Tensor:
         """The effective (normalised) linear-attention weights ``(B, H, L, L)`` (for pictures)."""
-        q, k, _ = self.heads_qkv(self.norm1(x))
-        A = elu_feature_map(q) @ elu_feature_map(k).transpose(-1, -2)
+        q, k, _ = self.heads_qkv(self.mixer_input(x))
+        A = self.phi(q) @ self.phi(k).transpose(-1, -2)
         if self.causal:
             L = A.shape[-1]
             A = A * torch.ones(L, L, dtype=torch.bool, device=x.device).tril()

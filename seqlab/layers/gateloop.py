@@ -12,7 +12,8 @@ Fig. 6: the same block with a *fixed* learned transition ``a = sigmoid(gamma) ex
 channel, shared by every position (q, k, v stay input-dependent: RetNet's eq. 11).
 
 Channel mixing: a point-wise FFN ``d_model -> d_ff -> d_model`` (GELU). Each half is wrapped as
-``x + f(LayerNorm(x))`` (pre-norm residual).
+``x + f(LayerNorm(x))`` (pre-norm residual). ``short_conv=w`` puts a causal depthwise convolution of ``w`` taps
+(``seqlab.layers.conv``) between the first LayerNorm and the time mixing (not in the paper; H3, Based, Mamba).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import math
 import torch
 import torch.nn as nn
 
+from seqlab.layers.conv import conv_state_size, convolve, convolve_from, joined, make_short_conv, with_conv_state
 from seqlab.ops.gateloop import gateloop
 
 __all__ = ["GateLoopTimeMixing", "GateLoopBlock"]
@@ -111,10 +113,12 @@ class GateLoopTimeMixing(nn.Module):
 
 
 class GateLoopBlock(nn.Module):
-    """One GateLoop layer (Appendix C): ``x + TimeMix(LN(x))`` then ``x + FFN(LN(x))``."""
+    """One GateLoop layer (Appendix C): ``x + TimeMix(LN(x))`` then ``x + FFN(LN(x))`` (``TimeMix(Conv(LN(x)))``
+    with ``short_conv``)."""
 
     def __init__(self, d_model: int = 64, *, d_qk: int | None = None, d_v: int | None = None, heads: int | None = None,
-                 d_ff: int = 128, data_controlled: bool = True, mode: str = "auto", dropout: float = 0.0):
+                 d_ff: int = 128, data_controlled: bool = True, mode: str = "auto", dropout: float = 0.0,
+                 short_conv: int = 0):
         super().__init__()
         self.norm1 = nn.LayerNorm(d_model)
         self.time_mixing = GateLoopTimeMixing(d_model, d_qk=d_qk, d_v=d_v, heads=heads,
@@ -122,24 +126,28 @@ class GateLoopBlock(nn.Module):
         self.norm2 = nn.LayerNorm(d_model)
         self.ffn = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model))
         self.drop = nn.Dropout(dropout)
+        self.conv = make_short_conv(d_model, short_conv)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop(self.time_mixing(self.norm1(x)))
+        x = x + self.drop(self.time_mixing(convolve(self.conv, self.norm1(x))))
         return x + self.drop(self.ffn(self.norm2(x)))
 
-    # -- decoding: the state is the time mixing's S; the rest is per token ---------------------------------
-    def init_state(self, batch: int, *, device=None, dtype=torch.float32) -> torch.Tensor:
-        return self.time_mixing.init_state(batch, device=device, dtype=dtype)
+    # -- decoding: the state is the time mixing's S (and the conv's last inputs); the rest is per token ---------
+    def init_state(self, batch: int, *, device=None, dtype=torch.float32):
+        S = self.time_mixing.init_state(batch, device=device, dtype=dtype)
+        return with_conv_state(self.conv, S, batch, device=device, dtype=dtype)
 
-    def prefill(self, x: torch.Tensor, S: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        y, S = self.time_mixing.prefill(self.norm1(x), S)
+    def prefill(self, x: torch.Tensor, state):
+        h, S, c = convolve_from(self.conv, self.norm1(x), state)
+        y, S = self.time_mixing.prefill(h, S)
         x = x + self.drop(y)
-        return x + self.drop(self.ffn(self.norm2(x))), S
+        return x + self.drop(self.ffn(self.norm2(x))), joined(c, S)
 
-    def step(self, x_t: torch.Tensor, S: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        y, S = self.time_mixing.step(self.norm1(x_t), S)
+    def step(self, x_t: torch.Tensor, state):
+        h, S, c = convolve_from(self.conv, self.norm1(x_t)[:, None], state)
+        y, S = self.time_mixing.step(h[:, 0], S)
         x_t = x_t + self.drop(y)
-        return x_t + self.drop(self.ffn(self.norm2(x_t))), S
+        return x_t + self.drop(self.ffn(self.norm2(x_t))), joined(c, S)
 
     def state_size(self, t: int) -> int:
-        return self.time_mixing.state_size(t)
+        return self.time_mixing.state_size(t) + conv_state_size(self.conv)

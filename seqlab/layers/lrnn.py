@@ -41,6 +41,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from seqlab import ops
+from seqlab.layers.conv import conv_state_size, convolve, convolve_from, joined, make_short_conv, with_conv_state
 from seqlab.ops.lru import lru_gamma_from_nu, lru_lambda, lru_ring_init
 
 __all__ = ["LRNN", "MLP", "MaskedLinear", "FSTBlock", "LRNNBlock", "causal_mask"]
@@ -182,22 +183,28 @@ def _alpha_param() -> nn.Parameter:
 
 
 class LRNNBlock(nn.Module):
-    """The first half of Fig. 1 alone (the "LRNN-only" block of 002 §3.5): ``x <- (1-α1) x + α1 MLP1(LRNN1(x))``."""
+    """The first half of Fig. 1 alone (the "LRNN-only" block of 002 §3.5): ``x <- (1-α1) x + α1 MLP1(LRNN1(x))``.
 
-    def __init__(self, d_model: int, *, d_hidden: int | None = None, norm: bool = True, mode: str = "auto", **lrnn_kwargs):
+    ``d_hidden``: LRNN1's state width (complex numbers; default ``d_model``), also MLP1's hidden width.
+    ``short_conv=w``: a causal depthwise convolution of ``w`` taps on LRNN1's input (``seqlab.layers.conv``;
+    not in the paper)."""
+
+    def __init__(self, d_model: int, *, d_hidden: int | None = None, norm: bool = True, mode: str = "auto",
+                 short_conv: int = 0, **lrnn_kwargs):
         super().__init__()
         d_hidden = d_hidden or d_model
         self.norm1 = nn.LayerNorm(d_model) if norm else nn.Identity()
         self.lrnn1 = LRNN(d_model, d_hidden, mode=mode, **lrnn_kwargs)
         self.mlp1 = MLP(d_hidden, d_hidden, d_model)
         self.p1 = _alpha_param()
+        self.conv = make_short_conv(d_model, short_conv)
 
     @property
     def alpha1(self) -> torch.Tensor:
         return torch.sigmoid(self.p1)
 
     def sequence_half(self, x: torch.Tensor) -> torch.Tensor:
-        return self.mlp1(self.lrnn1(self.norm1(x)))
+        return self.mlp1(self.lrnn1(convolve(self.conv, self.norm1(x))))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a1 = self.alpha1
@@ -206,24 +213,27 @@ class LRNNBlock(nn.Module):
     # decoding (seqlab.models.decoding): the state is LRNN1's h̄_t; the FST block's twisted half mixes
     # positions through a fixed seq_len and does not decode token by token (it has no methods of its own here)
 
-    def init_state(self, batch: int, *, device=None, dtype=torch.float32) -> torch.Tensor:
+    def init_state(self, batch: int, *, device=None, dtype=torch.float32):
         self._check_decodes()
-        return self.lrnn1.init_state(batch, device=device, dtype=dtype)
+        h = self.lrnn1.init_state(batch, device=device, dtype=dtype)
+        return with_conv_state(self.conv, h, batch, device=device, dtype=dtype)
 
-    def prefill(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def prefill(self, x: torch.Tensor, state):
         self._check_decodes()
-        y, h = self.lrnn1.prefill(self.norm1(x), h)
+        u, h, c = convolve_from(self.conv, self.norm1(x), state)
+        y, h = self.lrnn1.prefill(u, h)
         a1 = self.alpha1
-        return (1 - a1) * x + a1 * self.mlp1(y), h
+        return (1 - a1) * x + a1 * self.mlp1(y), joined(c, h)
 
-    def step(self, x_t: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def step(self, x_t: torch.Tensor, state):
         self._check_decodes()
-        y, h = self.lrnn1.step(self.norm1(x_t), h)
+        u, h, c = convolve_from(self.conv, self.norm1(x_t)[:, None], state)
+        y, h = self.lrnn1.step(u[:, 0], h)
         a1 = self.alpha1
-        return (1 - a1) * x_t + a1 * self.mlp1(y), h
+        return (1 - a1) * x_t + a1 * self.mlp1(y), joined(c, h)
 
     def state_size(self, t: int) -> int:
-        return self.lrnn1.state_size(t)
+        return self.lrnn1.state_size(t) + conv_state_size(self.conv)
 
     def _check_decodes(self) -> None:
         if type(self) is not LRNNBlock:

@@ -10,7 +10,8 @@ Transformer with fixed sinusoidal ones (any length: its state does not grow), bu
 
 A language model decodes with the protocol of ``seqlab.models.decoding``: the Transformer's state is its
 KV cache (``2 * d_model`` floats per token and layer), the Linear Transformer's the constant
-``[S | z]`` of its RNN form (Katharopoulos et al. 2020, §3.4).
+``[S | z]`` of its RNN form (Katharopoulos et al. 2020, §3.4), whose size its ``feature_map``, ``feature_dim``
+and ``n_heads`` set (Based, arXiv 2402.18668), with the last inputs of its ``short_conv`` if it has one.
 """
 from __future__ import annotations
 
@@ -89,10 +90,18 @@ def build_linear_transformer(*, vocab_size: int, num_classes: int | None = None,
                              d_model: int = 64, n_layers: int = 2, n_heads: int = 4, mlp_ratio: float = 4.0,
                              dropout: float = 0.0, max_len: int | None = None, causal: bool = True,
                              pool: str = "mean", mode: str = "auto", chunk: int = 64,
-                             positions: str = "sinusoidal") -> SequenceModel:
-    """Pre-norm Linear Transformer (elu+1 features) with fixed sinusoidal positions, so that it decodes any
-    length (``positions="learned"``: a table of ``max_len`` rows, as the Transformer's); ``mode`` of
-    ``linear_attention`` (``auto``: causal attention on GateLoop's Numba loop on a CPU, else chunked).
+                             positions: str = "sinusoidal", feature_map: str = "elu", feature_dim: int | None = None,
+                             short_conv: int = 0) -> SequenceModel:
+    """Pre-norm Linear Transformer (Katharopoulos et al. 2020) with sinusoidal positions: it decodes any length.
+
+    ``positions="learned"``: a table of ``max_len`` rows, as the Transformer's.
+    ``n_heads``: heads of d = d_model / n_heads values; each holds a state of phi x (d + 1) floats (below).
+    ``mode`` of ``linear_attention`` (``auto``: causal attention on GateLoop's Numba loop on a CPU, else chunked).
+    ``feature_map``: ``"elu"`` (elu+1, the paper's) or ``"taylor"`` (Based's [1, x, x⊗x/√2]: 1 + f + f²).
+    ``feature_dim``: f, width of a head's q and k before the map (None: d_model / n_heads; Based: 16).
+    ``short_conv``: width of a causal depthwise conv on the mixing input (0: none; 3-4 in H3, Based, Mamba).
+    State per sequence and layer: ``n_heads * phi * (d_model / n_heads + 1) + (short_conv - 1) * d_model`` floats
+    (``phi`` = f for elu, 1 + f + f² for taylor; no conv term without one): ``model.state_size(t)``.
 
     Initialised by GPT-2's rule (``"gpt2-0.02"``: linears, embeddings and head N(0, 0.02), output projections
     divided by ``sqrt(2 n_layers)``), kept because it measured best among the rules tried at its width
@@ -100,4 +109,5 @@ def build_linear_transformer(*, vocab_size: int, num_classes: int | None = None,
     with the Transformer's fan-in rule and 0.266 ± 0.009 with PyTorch's default linears and N(0, 1) embeddings)."""
     return _stack(LinearTransformerBlock, vocab_size=vocab_size, num_classes=num_classes, seq_len=seq_len,
                   d_model=d_model, n_layers=n_layers, max_len=max_len, positions=positions, pool=pool, causal=causal,
-                  heads=n_heads, mlp_ratio=mlp_ratio, dropout=dropout, mode=mode, chunk=chunk)
+                  heads=n_heads, mlp_ratio=mlp_ratio, dropout=dropout, mode=mode, chunk=chunk,
+                  feature_map=feature_map, feature_dim=feature_dim, short_conv=short_conv)

@@ -16,8 +16,9 @@ embedding —
 A longer input is an error.
 
 An ``lrnn`` language model decodes with the protocol of ``seqlab.models.decoding`` (``init_state`` /
-``prefill`` / ``step`` / ``state_size``): its state is each block's complex ``h̄_t`` ``(B, d_hidden)``,
-starting at the trained ``h̄_0``; ``prefill`` is one ``linear_scan`` from it. ``fst`` does not decode.
+``prefill`` / ``step`` / ``state_size``): its state is each block's complex ``h̄_t`` ``(B, d_state)``,
+starting at the trained ``h̄_0`` (and the last inputs of its ``short_conv`` if it has one); ``prefill`` is one
+``linear_scan`` from it. ``fst`` does not decode.
 """
 from __future__ import annotations
 
@@ -75,12 +76,19 @@ def _check_config(d_model: int, n_layers: int) -> None:
 @register("lrnn")
 def build_lrnn(*, vocab_size: int, num_classes: int | None = None, seq_len: int | None = None, d_model: int = 64,
                n_layers: int = 2, norm: bool = True, mode: str = "auto", r_min: float = 0.9, r_max: float = 0.999,
-               gamma_norm: bool = True) -> SequenceModel:
+               gamma_norm: bool = True, d_state: int | None = None, short_conv: int = 0) -> SequenceModel:
     """LRNN-only blocks (002 §3.5 ablation). Any length; causal, so it is also a language model. Initialised by
-    the LRU's ring init of lambda (``"lru-ring"``), embeddings N(0, 1), head N(0, 0.02)."""
+    the LRU's ring init of lambda (``"lru-ring"``), embeddings N(0, 1), head N(0, 0.02).
+
+    ``d_state``: the LRNN's state width, complex numbers a layer (None: d_model); also its MLP's hidden width.
+    ``short_conv``: width of a causal depthwise conv on each layer's LRNN input (0: none; not in the paper).
+    State per sequence and layer: ``2 * d_state + (short_conv - 1) * d_model`` floats (no conv term without
+    one): ``model.state_size(t)``."""
     _check_config(d_model, n_layers)
-    blocks = [LRNNBlock(d_model, norm=norm, mode=mode, r_min=r_min, r_max=r_max, gamma_norm=gamma_norm)
-              for _ in range(n_layers)]
+    if d_state is not None and (isinstance(d_state, bool) or not isinstance(d_state, int) or d_state < 1):
+        raise ValueError(f"d_state: expected None (d_model) or a positive int, got {d_state!r}")
+    blocks = [LRNNBlock(d_model, d_hidden=d_state, norm=norm, mode=mode, r_min=r_min, r_max=r_max,
+                        gamma_norm=gamma_norm, short_conv=short_conv) for _ in range(n_layers)]
     return DecodingModel(vocab_size=vocab_size, d_model=d_model, blocks=blocks, num_classes=num_classes,
                          seq_len=None, pool="last", causal=True, embed_std=1.0)
 

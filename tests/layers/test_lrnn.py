@@ -113,3 +113,20 @@ def test_bad_inputs_are_named():
         LRNN(4, 3, causal_input=True)
     with pytest.raises(ValueError, match="causal masking needs"):
         MLP(4, 5, 4, causal=True)
+
+
+@pytest.mark.parametrize("d_state", [None, 3, 20])
+def test_d_state_sets_the_lrnn_state_and_state_size_counts_it(d_state):
+    """build("lrnn", d_state=N): each layer holds h̄_t, N complex numbers (2 N floats; N = d_model by default)."""
+    from seqlab import models
+    from seqlab.models.decoding import state_tensors
+
+    model = models.build("lrnn", vocab_size=7, d_model=8, n_layers=2, d_state=d_state)
+    N = d_state or 8
+    assert model.blocks[0].lrnn1.d_state == N and model.blocks[0].mlp1.fc1.in_features == N
+    with torch.no_grad():
+        _, state = model.prefill(torch.randint(0, 7, (2, 5)))
+    floats = sum(t[0].numel() * (2 if t.is_complex() else 1) for t in state_tensors(state["blocks"]))
+    assert model.state_size(5) == floats == 2 * 2 * N
+    with pytest.raises(ValueError, match="d_state: expected None"):
+        models.build("lrnn", vocab_size=7, d_state=0)

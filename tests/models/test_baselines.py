@@ -6,19 +6,23 @@ import torch.nn.functional as F
 
 from helpers import check
 from seqlab import models
-from seqlab.layers.attention import LinearTransformerBlock, TransformerBlock, elu_feature_map, linear_attention
+from seqlab.layers.attention import (LinearTransformerBlock, TransformerBlock, elu_feature_map, linear_attention,
+                                     taylor_feature_map)
+from test_decoding import _check_parts_and_steps, _floats, _lm, _tokens
 
 
+def elu_plus_one(t):
+    return torch.where(t > 0, t + 1, torch.exp(t.clamp(max=0)))        # elu(x) + 1, no cancellation
 
 
-def linear_attention_loop(q, k, v, causal=True, eps=1e-6):
+def linear_attention_loop(q, k, v, causal=True, eps=1e-6, phi=elu_plus_one):
     """Katharopoulos et al. 2020 §3.3 as written: S_i = S_{i-1} + phi(k_i) v_i^T, z_i = z_{i-1} + phi(k_i),
     y_i = phi(q_i)^T S_i / phi(q_i)^T z_i (non-causal: the sums over all j). float64, one step at a time."""
     q, k, v = q.double(), k.double(), v.double()
-    fq, fk = (torch.where(t > 0, t + 1, torch.exp(t.clamp(max=0))) for t in (q, k))   # elu(x) + 1, no cancellation
+    fq, fk = phi(q), phi(k)
     L = q.shape[-2]
-    S = torch.zeros(*q.shape[:-2], q.shape[-1], v.shape[-1], dtype=torch.float64)
-    z = torch.zeros(*q.shape[:-2], q.shape[-1], dtype=torch.float64)
+    S = torch.zeros(*fq.shape[:-2], fq.shape[-1], v.shape[-1], dtype=torch.float64)
+    z = torch.zeros(*fq.shape[:-2], fq.shape[-1], dtype=torch.float64)
     if not causal:
         S = torch.einsum("...ld,...le->...de", fk, v)
         z = fk.sum(-2)
@@ -83,6 +87,51 @@ def test_elu_feature_map_is_positive():
     assert torch.allclose(phi[x >= 0], F.elu(x[x >= 0]) + 1)
     assert torch.allclose(phi[x < 0], F.elu(x[x < 0]) + 1)           # the same function as elu(x) + 1 ...
     assert torch.allclose(phi[x < 0], torch.exp(x[x < 0]), rtol=1e-12, atol=0)   # ... without its cancellation
+
+
+def test_taylor_feature_map_is_the_second_order_expansion_of_exp():
+    """Based (arXiv 2402.18668): phi(q).phi(k) = 1 + s + s^2 / 2, s = q.k / sqrt(d), > 0 for every s."""
+    q, k = torch.randn(50, 6, dtype=torch.float64) * 3, torch.randn(50, 6, dtype=torch.float64) * 3
+    s = (q * k).sum(-1) / 6 ** 0.5
+    fq, fk = taylor_feature_map(q), taylor_feature_map(k)
+    assert fq.shape == (50, 1 + 6 + 36)
+    check((fq * fk).sum(-1), 1 + s + s ** 2 / 2, 1e-12, "phi(q).phi(k)")
+    assert ((fq * fk).sum(-1) >= 0.5).all()                  # min over s of 1 + s + s^2/2 is 1/2 (at s = -1)
+
+
+@pytest.mark.parametrize("mode", ["quadratic", "cumsum", "chunked", "numba"])
+def test_linear_attention_with_taylor_features_matches_the_recurrence(mode):
+    q, k, v = torch.randn(2, 3, 29, 4), torch.randn(2, 3, 29, 4), torch.randn(2, 3, 29, 5)
+    ref = linear_attention_loop(q, k, v, phi=taylor_feature_map)
+    check(linear_attention(q, k, v, mode=mode, chunk=8, feature_map=taylor_feature_map), ref.float(), 1e-4, mode)
+
+
+def lt_state_floats(n_layers, d_model, n_heads, feature_map="elu", feature_dim=None, short_conv=0):
+    """The Linear Transformer's state written out: per layer and head [S | z] of phi x (d + 1), and the conv's
+    last short_conv - 1 inputs."""
+    f = feature_dim or d_model // n_heads
+    phi = f if feature_map == "elu" else 1 + f + f * f
+    return n_layers * (n_heads * phi * (d_model // n_heads + 1) + max(short_conv - 1, 0) * d_model)
+
+
+@pytest.mark.parametrize("knobs", [dict(), dict(feature_dim=6), dict(feature_map="taylor"),
+                                   dict(feature_map="taylor", feature_dim=3, short_conv=4),
+                                   dict(feature_map="elu", feature_dim=5, short_conv=3, n_heads=4)])
+def test_linear_transformer_state_knobs_decode_and_are_counted(knobs):
+    """Each setting of feature_map, feature_dim, n_heads and short_conv: forward == prefill in parts == steps, and
+    state_size equals the floats in the state tensors and the formula."""
+    model = _lm("linear-transformer", **knobs)
+    s = _check_parts_and_steps(model, _tokens(length=13), 6, f"linear-transformer {knobs}")
+    heads = knobs.get("n_heads", 2)
+    assert model.state_size(13) == _floats(s) == lt_state_floats(2, 8, **{"n_heads": heads, **knobs})
+    assert model.blocks[0].qkv.out_features == 2 * heads * knobs.get("feature_dim", 8 // heads) + 8
+
+
+def test_linear_transformer_knobs_are_checked():
+    with pytest.raises(ValueError, match="feature_map: expected one of 'elu', 'taylor', got 'relu'"):
+        models.build("linear-transformer", vocab_size=5, feature_map="relu")
+    with pytest.raises(ValueError, match=r"feature_dim: expected None \(the head width\) or a positive int, got 0"):
+        models.build("linear-transformer", vocab_size=5, feature_dim=0)
 
 
 @pytest.mark.parametrize("causal", [True, False])

@@ -75,3 +75,22 @@ def test_readout_reads_the_transitions_of_every_layer():
     expected = torch.sigmoid(block.time_mixing.gamma(x))
     assert torch.allclose(read["magnitude"][0], expected.detach(), atol=1e-6)
     assert torch.allclose(read["phase"][0], block.time_mixing.theta(x).detach(), atol=1e-6)
+
+
+@pytest.mark.parametrize("knobs", [dict(), dict(n_heads=4), dict(n_heads=1), dict(n_heads=2, d_qk=4, d_v=12),
+                                   dict(n_heads=4, short_conv=4)])
+def test_heads_set_the_state_and_state_size_counts_it(knobs):
+    """The state is S_n of eq. 7 per layer, complex (B, H, d_qk / H, d_v / H): 2 d_qk d_v / H floats, and the conv's
+    last short_conv - 1 inputs; state_size equals the floats in the tensors that init_state and prefill return."""
+    from test_decoding import _floats, _lm, _tokens
+
+    config = {**dict(d_model=8, n_layers=2, d_qk=8, d_v=8, n_heads=None), **knobs}
+    model = _lm("gateloop", **config)
+    H = config["n_heads"] or config["d_qk"]
+    formula = 2 * (2 * config["d_qk"] * config["d_v"] // H + max(knobs.get("short_conv", 0) - 1, 0) * 8)
+    with torch.no_grad():
+        for state in (model.init_state(2), model.prefill(_tokens(batch=2, length=9))[1]):
+            assert model.state_size(9) == _floats(state) == formula, knobs
+    S = model.init_state(2)["blocks"][0]
+    S = S[1] if isinstance(S, tuple) else S
+    assert S.shape == (2, H, config["d_qk"] // H, config["d_v"] // H) and S.is_complex()
