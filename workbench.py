@@ -155,13 +155,13 @@ def ensure_environment() -> Path:
 
 
 def lock(args: list[str]) -> int:
-    """Refresh ``requirements.lock`` from pyproject.toml (its dependencies and the ``dev`` extra) with uv's
-    universal resolver: one file for Linux, macOS and Windows, each platform's packages under their markers,
-    exact versions and hashes, for Python 3.11. torch and its CUDA libraries stay out (left_out_of_the_lock); Triton
-    lands at the version torch 2.13's CUDA build requires. Re-execute the lessons after a refresh. Extra
-    arguments go to ``uv pip compile`` (``--upgrade-package plotly``)."""
+    """Refresh ``requirements.lock`` from pyproject.toml (its dependencies and every extra: ``lab``, ``dev``, whose
+    torch pin is TORCH_PIN) with uv's universal resolver: one file for Linux, macOS and Windows, each platform's
+    packages under their markers, exact versions and hashes, for Python 3.11. torch and its CUDA libraries stay out
+    (left_out_of_the_lock); Triton lands at the version torch 2.13's CUDA build requires. Re-execute the lessons
+    after a refresh. Extra arguments go to ``uv pip compile`` (``--upgrade-package plotly``)."""
     py = ensure_environment()
-    compile_ = [str(py), "-m", "uv", "pip", "compile", "pyproject.toml", "--extra", "dev", "--universal",
+    compile_ = [str(py), "-m", "uv", "pip", "compile", "pyproject.toml", "--all-extras", "--universal",
                 "--python-version", "3.11", "--quiet", *args]
     resolved = subprocess.run([*compile_, "--no-header", "--no-annotate"], cwd=ROOT, check=True,
                               capture_output=True, text=True).stdout

@@ -56,14 +56,11 @@ precision a ``tl.dot`` is a loop of FMAs whose operands each thread holds in reg
 tiles of 32 the backward's ``dq/dk`` kernel spills 6 KB, at 64 all but the attention kernel do). Every precision
 runs chunks and tiles of 16. A path of chunks of 64 for real inputs at ``"tf32"`` / ``"bf16"`` (the MMA reads its
 operands from shared memory; key / value tiles of 32 or 64 picked by ``triton.autotune``, :func:`gateloop_configs`)
-is written and tested but off (:data:`TENSOR_CORE_CHUNKS`): on an H100 it ran 2.5x slower than chunks of 16
-(``benchmarks/gpu.py``, B 4, 8 heads of 64, L 16384, tf32: forward and backward 42.0 ms against 16.6 ms), because
-the intra-chunk matrix ``A`` is built a column at a time on the CUDA cores (``C`` iterations of ``(C, BK)`` work):
-its cost per step grows as ``C`` (the attention kernel 5x slower at 64, the ``dq/dk`` kernel 4x), which is what
+is written and tested but off (:data:`TENSOR_CORE_CHUNKS`): the intra-chunk matrix ``A`` is built a column at a
+time on the CUDA cores (``C`` iterations of ``(C, BK)`` work), so its cost per step grows as ``C``, which is what
 flash-linear-attention's sub-chunks (factorised products between sub-chunks of 16, exact within the diagonal ones)
-avoid. ``tests/ops/test_triton_spills.py`` compiles every configuration the kernels launch with for sm_80 and sm_90
-and finds no spills.
-sub-chunks of 16, exact within the diagonal ones) avoid.
+avoid (the timings that turned it off: ``benchmarks/results/README.md``). ``tests/ops/test_triton_spills.py``
+compiles every configuration the kernels launch with for sm_80 and sm_90 and finds no spills.
 """
 from __future__ import annotations
 
@@ -87,7 +84,7 @@ __all__ = ["gateloop_triton", "gateloop_triton_log", "gateloop_scan", "runs_on_s
 
 CHUNK = 16          # steps a chunk in full precision and on the elementwise path; also tl.dot's smallest side
 CHUNK_TENSOR_CORES = 64     # steps a chunk on the tensor-core path (real inputs at tf32, bf16), when it is on
-TENSOR_CORE_CHUNKS = False  # that path: off, measured 2.5x slower than chunks of 16 on an H100 (module docstring)
+TENSOR_CORE_CHUNKS = False  # that path: off, slower than chunks of 16 (module docstring)
 KERNELS = ("chunk_states_kernel", "chunk_attention_kernel", "chunk_output_kernel", "chunk_adjoint_kernel",
            "chunk_dqk_kernel",
            "chunk_dv_kernel")
@@ -111,9 +108,9 @@ if triton is not None:
         rounded to bfloat16, products accumulated in float32.
 
         The elementwise form sums a (K, M, N) product over its first axis. Written as the textbook
-        ``sum(a[:, :, None] * b[None, :, :], axis=1)`` it is turned by Triton's combiner into a ``tt.dot``, whose
-        result at a side of 1 was wrong on an H100 (Triton 3.6: GateLoop's ``dq`` off by 700%);
-        ``tests/ops/test_triton_spills.py`` checks that no kernel of the small path holds a ``tt.dot``."""
+        ``sum(a[:, :, None] * b[None, :, :], axis=1)`` it is turned by Triton's combiner into a ``tt.dot``, which
+        Triton 3.6 gets wrong on a GPU at a side of 1; ``tests/ops/test_triton_spills.py`` checks that no kernel of
+        the small path holds a ``tt.dot``."""
         if DOT:
             if PREC == "bf16" and _INTERPRETED:     # the interpreter multiplies bf16 tiles as their raw bits
                 return tl.dot(a.to(tl.bfloat16).to(tl.float32), b.to(tl.bfloat16).to(tl.float32),
@@ -927,9 +924,8 @@ def _fold_signs(q, k, a):
 def _sign_products(sign, *, on_scan: bool):
     """``sigma_n = prod_{j<=n} sign_j`` along dim -2 of a real ``(..., L, dk)`` of +-1, exact in any order.
     ``on_scan`` (the CUDA path): the Triton scan ``h_n = sign_n h_{n-1}``, ``h_0 = 1``; torch's ``cumprod`` along a
-    dimension that is not the last walks the ``L`` steps one after another in each of the ``B H dk`` columns, and
-    at ``L = 16384`` the GPU waits on that chain (``benchmarks/gpu.py`` on an H100, B 4, 8 heads of 64: the op's
-    forward took 11.25 ms around 3.7 ms of kernels; 5.3 ms on the scan)."""
+    dimension that is not the last walks the ``L`` steps one after another in each of the ``B H dk`` columns, so at
+    long ``L`` the GPU waits on that chain; the scan runs the columns in parallel."""
     if not on_scan or sign.shape[-2] == 0:
         return torch.cumprod(sign, dim=-2)
     from seqlab.ops.scan.triton import triton_linear_scan
