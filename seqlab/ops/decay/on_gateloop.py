@@ -34,19 +34,28 @@ def _additive_transitions(d):
     ``a_t = 1 - kbar_t``: ratios of sums of exponentials, in which a constant shift of ``d`` cancels.
 
     ``s`` is a float64 cumulative sum of ``exp(d - max d)`` (terms in ``(0, 1]``: any key is safe while the
-    spread of ``d`` along a sequence stays within float64's range, ~700), taken on a CPU by one compiled pass
-    (``numba.py``), elsewhere by ``cumsum``; the backward of both is written out (:class:`_AdditiveTransitions`).
+    spread of ``d`` along a sequence stays within float64's range, ~700), taken on a CPU by compiled passes
+    (``numba.py``: the extremes of ``d`` that give the spread and ``max d``, then the sums), elsewhere by
+    ``cumsum``; the backward of both is written out (:class:`_AdditiveTransitions`).
     Past that spread the log domain takes over: ``z = logcumsumexp(d)``, ``kbar_t = exp(d_t - z_t)``,
     ``a_t = exp(z_{t-1} - z_t)``.
     """
+    peak = None
     with torch.no_grad():
-        spread_ok = not has_values(d) or d.numel() == 0 or \
-            float((d.amax(-2) - d.amin(-2)).max()) <= _FLOAT64_SPREAD
+        if not has_values(d) or d.numel() == 0:
+            spread_ok = True
+        elif _compiled_transitions(d):
+            from seqlab.ops.decay.numba import row_extremes
+
+            peak, low = row_extremes(d)                    # one compiled pass; the peak is exp's shift below
+            spread_ok = float((peak - low).max()) <= _FLOAT64_SPREAD
+        else:
+            spread_ok = float((d.amax(-2) - d.amin(-2)).max()) <= _FLOAT64_SPREAD
     if not spread_ok:
         z = torch.logcumsumexp(d, dim=-2)                                          # log s_t
         z_prev = torch.cat([torch.full_like(z[..., :1, :], -torch.inf), z[..., :-1, :]], dim=-2)
         return torch.exp(d - z), torch.exp(z_prev - z)
-    return _AdditiveTransitions.apply(d)
+    return _AdditiveTransitions.apply(d, peak)
 
 
 def _compiled_transitions(d) -> bool:
@@ -65,11 +74,11 @@ class _AdditiveTransitions(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, d):
+    def forward(ctx, d, peak=None):
         if _compiled_transitions(d):
             from seqlab.ops.decay.numba import additive_transitions
 
-            kbar, a = additive_transitions(d)
+            kbar, a = additive_transitions(d, peak=peak)
         else:
             x = d.double()
             e = torch.exp(x - x.amax(-2, keepdim=True))                           # exp(d_t - m) in (0, 1]
@@ -82,16 +91,16 @@ class _AdditiveTransitions(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g_kbar, g_a):
         kbar, a = ctx.saved_tensors
-        g = g_kbar - g_a
         if _compiled_transitions(kbar):
             from seqlab.ops.decay.numba import additive_transitions
 
-            return additive_transitions(kbar, grad=(kbar, a, g))
+            return additive_transitions(kbar, grad=(kbar, a, g_kbar, g_a)), None
         from seqlab.ops.scan import linear_scan
 
+        g = g_kbar - g_a
         a_next = torch.cat([a[..., 1:, :], torch.zeros_like(a[..., :1, :])], dim=-2)   # a_{r+1}, 0 after the end
         Q = linear_scan(a_next, g * kbar, reverse=True)
-        return kbar * (g - Q)
+        return kbar * (g - Q), None
 
 
 def _causal_on_gateloop(q, k, v, decay, log_decay, mode):
