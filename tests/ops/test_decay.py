@@ -372,6 +372,19 @@ def test_additive_transitions_and_their_written_out_gradient(path, monkeypatch):
     assert torch.autograd.gradcheck(lambda t: _additive_transitions(t), (x,))
 
 
+def test_row_extremes_are_amax_and_amin_along_the_sequence():
+    """The compiled pass that gives the additive transitions their spread check and ``max d``: torch's
+    ``amax(-2)`` / ``amin(-2)`` for any leading dimensions, a strided input, float32 and float64, L = 1."""
+    from seqlab.ops.decay.numba import row_extremes
+
+    torch.manual_seed(0)
+    for d in (torch.randn(2, 3, 37, 4) * 30, torch.randn(5, 3, dtype=torch.float64),
+              torch.randn(2, 9, 6).transpose(-1, -2), torch.randn(3, 1, 16)):
+        hi, lo = row_extremes(d)
+        assert hi.dtype == d.dtype and hi.shape == d.amax(-2).shape
+        assert torch.equal(hi, d.amax(-2)) and torch.equal(lo, d.amin(-2))
+
+
 @pytest.mark.parametrize("path", ["numba", "torch"])
 def test_additive_transitions_beyond_float64_range_use_the_log_domain(path, monkeypatch):
     from seqlab.kernels import numba as compiled
