@@ -6,15 +6,26 @@ eq. 7 / eq. 2 loops with keys of +-80.
     .venv/bin/python benchmarks/engine.py                  # B=2, H=4, L=4096, dk=dv=16, one thread
     .venv/bin/python benchmarks/engine.py --length 1024 --repeats 3
 
-Times: one untimed call, then the minimum over ``--repeats`` (ms). The ratio column is each op's time
-over GateLoop's; 1 would mean the decay costs nothing on top of the recurrence. The error column is
-``|out - ref| / |ref|`` against the float64 loops of ``decay_attention_reference`` on a shorter sequence
-(``--check-length``; the loops are Python loops over time) with keys drawn in [-80, 80].
+Times: one untimed call, then the minimum over ``--repeats`` (ms), taken in ``--rounds`` rounds that run
+every op in turn (a busy moment of a shared machine slows them all, not the one that happened to run then);
+the best of the rounds. The ratio column is each op's time over GateLoop's; 1 would mean the decay costs
+nothing on top of the recurrence. The error column is ``|out - ref| / |ref|`` against the float64 loops of
+``decay_attention_reference`` on a shorter sequence (``--check-length``; the loops are Python loops over time)
+with keys drawn in [-80, 80]. The machine's load average is printed before and after.
+
+``--record`` also writes the table as JSON, by default to
+``benchmarks/results/cpu-engine-<date>-B<b>-H<h>-L<l>-d<d>.json`` (the commit, the machine, the load, the command).
 """
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
 import sys
+from pathlib import Path
 
 import torch
 from _timing import best_ms
@@ -39,7 +50,11 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--check-length", type=int, default=300)
+    p.add_argument("--rounds", type=int, default=3, help="rounds over all ops; each op's best is kept")
+    p.add_argument("--record", nargs="?", const="", default=None, metavar="PATH",
+                   help="also write the table as JSON (default path: benchmarks/results/cpu-engine-...)")
     args = p.parse_args(argv)
+    load_before = os.getloadavg()
     torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(0)
     shape = (args.batch, args.heads, args.length, args.dim)
@@ -53,7 +68,10 @@ def main(argv=None) -> int:
             lambda q, k, v, ld: decay_attention(q, k, v, decay="multiplicative", log_decay=ld), (q, k, v, log_decay)),
         "linear attention (causal)": (lambda q, k, v: linear_attention(q, k, v), (q, k, v)),
     }
-    times = {name: best_ms(forward_backward(fn, ins), args.repeats) for name, (fn, ins) in ops.items()}
+    times = dict.fromkeys(ops, float("inf"))
+    for _ in range(args.rounds):       # every op in turn, so that a busy moment slows them alike
+        for name, (fn, ins) in ops.items():
+            times[name] = min(times[name], best_ms(forward_backward(fn, ins), args.repeats))
     # agreement with the float64 loops, keys of +-80
     L = args.check_length
     qc, vc = q[..., :L, :], v[..., :L, :]
@@ -67,15 +85,66 @@ def main(argv=None) -> int:
             decay_attention_reference(qc, kc, vc, decay="multiplicative", log_decay=ldc)),
     }
     base = times["gateloop (real a like k)"]
+    load_after = os.getloadavg()
     print(f"forward + backward, B={args.batch}, H={args.heads}, L={args.length}, dk=dv={args.dim}, "
-          f"threads={args.threads}, min of {args.repeats}; error vs the float64 loops at L={L}, keys in [-80, 80]")
+          f"threads={args.threads}, min of {args.repeats} in {args.rounds} rounds; error vs the float64 loops at "
+          f"L={L}, keys in [-80, 80]; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after "
+          f"({os.cpu_count()} CPUs)")
     head = f"{'op':>28} | {'ms':>8} {'x gateloop':>10} | {'rel. error':>10}"
     print(head)
     print("-" * len(head))
     for name, ms in times.items():
         err = f"{errors[name]:10.1e}" if name in errors else f"{'-':>10}"
         print(f"{name:>28} | {ms:8.1f} {ms / base:10.2f} | {err}")
+    if args.record is not None:
+        rows = [{"op": name, "ms": round(ms, 3), "x_gateloop": round(ms / base, 3), "rel_error": errors.get(name)}
+                for name, ms in times.items()]
+        shape = dict(batch=args.batch, heads=args.heads, length=args.length, dim=args.dim, threads=args.threads,
+                     repeats=args.repeats, rounds=args.rounds, check_length=L)
+        path = write_record("engine", args.record, f"B{args.batch}-H{args.heads}-L{args.length}-d{args.dim}",
+                            shape, rows, load_before, load_after, argv)
+        print(f"record: {path}")
     return 0
+
+
+def write_record(script: str, path: str, tag: str, config: dict, rows: list, load_before, load_after, argv,
+                 extra: dict | None = None) -> Path:
+    """A CPU script's table as JSON (``engine.py`` and ``decode.py``): ``benchmarks/results/cpu-<script>-<date>
+    [-<tag>].json`` unless ``path`` names a file."""
+    root = Path(__file__).resolve().parent
+    date = datetime.date.today().isoformat()
+    out = Path(path) if path else root / "results" / f"cpu-{script}-{date}{'-' + tag if tag else ''}.json"
+    repo = root.parent
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "seqlab"], cwd=repo,
+                           capture_output=True, text=True)
+    record = {
+        "schema": f"seqlab-cpu-{script}/1",
+        "date": date,
+        "command": " ".join([f"benchmarks/{script}.py", *(sys.argv[1:] if argv is None else argv)]),
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                    "cpus": os.cpu_count(), "load_average_before": [round(x, 2) for x in load_before],
+                    "load_average_after": [round(x, 2) for x in load_after]},
+        "software": {"python": platform.python_version(), "torch": torch.__version__,
+                     "numba": _version("numba"), "numpy": _version("numpy"),
+                     "seqlab_commit": commit.stdout.strip() if commit.returncode == 0 else None,
+                     "seqlab_uncommitted_changes": bool(dirty.stdout.strip()) if dirty.returncode == 0 else None},
+        "config": config,
+        "rows": rows,
+        **(extra or {}),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    return out
+
+
+def _version(package: str):
+    try:
+        from importlib.metadata import version
+
+        return version(package)
+    except Exception:  # noqa: BLE001 - a missing package is recorded as None
+        return None
 
 
 if __name__ == "__main__":
