@@ -14,20 +14,27 @@ A command that stops this way exits with ``128 + signal`` (:func:`exit_code`): 1
 What a signal cannot announce (``kill -9``, a node that fails) loses at most one period of the periodic saves
 ``fit`` makes when it has a checkpoint: :data:`CHECKPOINT_EVERY` steps or :data:`CHECKPOINT_SECONDS` seconds.
 Handlers are installed from the main thread only; elsewhere (a thread of a notebook's kernel) nothing changes.
+
+For tests, :func:`hold_for_signal` stops a run at a chosen step until it is signalled (``SEQLAB_HOLD_AT``), so a
+test sends its signal at that step, whatever the machine's load.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
+import time
 
 __all__ = ["Interrupted", "TrainingInterrupted", "SIGNALS", "CHECKPOINT_EVERY", "CHECKPOINT_SECONDS", "handling", "stepping", "requested",
-           "take", "exit_code", "signal_name"]
+           "take", "exit_code", "signal_name", "HOLD_AT", "hold_for_signal"]
 
 CHECKPOINT_EVERY = 500           # steps between two periodic saves of a run that has a checkpoint ...
 CHECKPOINT_SECONDS = 300.0       # ... or seconds of wall time, whichever comes first
 SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGUSR1") if hasattr(signal, name))
 _state = {"requested": None}
+HOLD_AT = "SEQLAB_HOLD_AT"      # tests only: "STEP:FOLDER" (hold_for_signal)
+HOLD_LIMIT_S = 600.0            # a held run that nobody signals fails after this long instead of hanging
 
 
 def signal_name(signum: int) -> str:
@@ -113,3 +120,20 @@ def stepping():
 def handling():
     """Inside: SIGTERM and SIGUSR1 raise :class:`Interrupted` (as Ctrl-C raises ``KeyboardInterrupt``)."""
     return _installed(_raise, SIGNALS)
+
+
+def hold_for_signal(step: int) -> None:
+    """Tests only: with ``SEQLAB_HOLD_AT=STEP:FOLDER`` in the environment, a training loop that has finished step
+    STEP writes ``FOLDER/<pid>.held`` and waits there until a signal asks it to stop (:func:`requested`); it then
+    stops at that step. A test waits for the file, signals the run (or its launcher) and knows the step it stops
+    at, instead of guessing it from the run's progress. Raises ``RuntimeError`` after :data:`HOLD_LIMIT_S` s."""
+    at, _, folder = os.environ.get(HOLD_AT, "").partition(":")
+    if not at or int(at) != step:
+        return
+    with open(os.path.join(folder, f"{os.getpid()}.held"), "w") as marker:
+        marker.write(str(step))
+    deadline = time.monotonic() + HOLD_LIMIT_S
+    while requested() is None:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{HOLD_AT}: held at step {step} for {HOLD_LIMIT_S:g} s and no signal came")
+        time.sleep(0.01)

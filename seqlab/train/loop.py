@@ -299,6 +299,7 @@ def _fit(model, task, cfg: TrainConfig, callbacks, *, eval_at_start: bool) -> Hi
                               **evaluate(model, task, eval_split, batch_size=eval_batch_size)})
                 except StopTraining:
                     stop = True
+                interrupt.hold_for_signal(step + 1)            # tests only (SEQLAB_HOLD_AT); else returns at once
                 signum = stop_signal()
                 if signum is not None and step + 1 < steps:
                     raise Interrupted(signum)                  # saved below, at the step just finished

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from seqlab.viz.nbstate import LAB_ARGS
 
@@ -311,7 +312,7 @@ def test_a_lesson_opens_with_its_widgets_rendered(lab, page):
 # ----------------------------------------------------------------------------- every lesson, opened as it is
 LESSONS = sorted((REPO / "notebooks").glob("0*.ipynb"))
 AUTOSAVE_S = 1            # JupyterLab's autosave interval in this server, s (the default is 120 s)
-SETTLED_WAIT_S = 2 * AUTOSAVE_S + 0.5   # after the widgets settle: two autosaves pass before the file is compared
+SAVED_S = 60              # failure guard: the page's saves have ended and nothing is left to save
 RESTORE_PLUGIN = "seqlab-widget-restore:plugin"     # seqlab/viz/labextension, loaded through LAB_ARGS
 OPENS = 3                 # fresh opens of each lesson (its kernel shut down in between)
 
@@ -359,37 +360,56 @@ def _wait_widgets_settled(page, views: int, timeout_s: float) -> None:
         }""", arg=views, timeout=timeout_s * 1000)
 
 
-def _at_rest_equal(path: Path, committed: bytes, patience_s: float = 30.0) -> bool:
-    """Whether ``path`` holds ``committed`` when no save is writing it. jupyter_server saves a notebook in place
-    (after copying it to ``.~<name>``), so a read that meets an autosave sees the file empty or half written, though
-    the save then writes the same bytes. A change that lasts reads the same after a quiet spell (no save for two
-    autosave intervals): that is the answer, False."""
+# The open notebook's saves, counted from its document context's saveState signal ("started", then "completed" or
+# "failed"), and whether the page is at rest: no save is under way and the document holds nothing unsaved (only a
+# modified document is autosaved), so no write of the lesson from this page is pending or in flight.
+TRACK_SAVES_JS = """() => {
+    const context = window.jupyterapp.shell.currentWidget.context;
+    const saves = window.seqlabSaves = {started: 0, ended: 0};
+    context.saveState.connect((_, state) => { if (state === 'started') saves.started++; else saves.ended++; });
+    window.seqlabAtRest = () => saves.ended >= saves.started && !context.model.dirty;
+}"""
+SAVES_JS = """() => ({...window.seqlabSaves, dirty: window.jupyterapp.shell.currentWidget.context.model.dirty,
+                     dialogs: [...document.querySelectorAll('.jp-Dialog')].map(d => d.innerText)})"""
+
+
+def _file_stamp(path: Path) -> tuple | None:
+    """``path``'s modification time and size, or None while jupyter_server writes it (in place, after copying it to
+    its intermediate file ``.~<name>``, which it removes once the write is whole)."""
     from jupyter_server.services.contents.fileio import path_to_intermediate
 
-    deadline, previous = time.monotonic() + patience_s, None
-    while time.monotonic() < deadline:
+    if os.path.exists(path_to_intermediate(str(path))):
+        return None
+    stat = path.stat()
+    return stat.st_mtime_ns, stat.st_size
+
+
+def _bytes_at_rest(page, path: Path, tries: int = 20) -> bytes:
+    """``path`` as the open page last saved it: read once the page is at rest (:data:`TRACK_SAVES_JS`: what the
+    lesson's opening changed, such as its restored widgets, has been autosaved), by a read that no save overlapped
+    (the page began none meanwhile and the server wrote none: no intermediate file, the same time and size before
+    and after). A read that met a save is made again."""
+    for _ in range(tries):
+        try:
+            page.wait_for_function("() => window.seqlabAtRest()", timeout=SAVED_S * 1000)
+        except PlaywrightTimeout:
+            pytest.fail(f"{path.name}: the page still had a save pending after {SAVED_S} s: {page.evaluate(SAVES_JS)}")
+        started, stamp = page.evaluate("() => window.seqlabSaves.started"), _file_stamp(path)
         data = path.read_bytes()
-        if data == committed:
-            return True
-        if data == previous:
-            return False
-        previous = data
-        while time.monotonic() < deadline:                      # wait for a quiet spell
-            stamp = path.stat().st_mtime_ns
-            time.sleep(2 * AUTOSAVE_S)
-            if path.stat().st_mtime_ns == stamp and not os.path.exists(path_to_intermediate(str(path))):
-                break
-    return False
+        if stamp is not None and _file_stamp(path) == stamp and page.evaluate(
+                "n => window.seqlabSaves.started === n && window.seqlabAtRest()", started):
+            return data
+    pytest.fail(f"{path.name}: each of {tries} reads met a save")
 
 
-def _keep_changed(path: Path, lesson: Path, attempt: int) -> str:
-    """Copy a lesson the browser changed on disk to ``test-artifacts/`` and say what differs from the committed
-    one (the fields that differ, not the bytes: a lesson is a megabyte)."""
+def _keep_changed(saved: bytes, lesson: Path, attempt: int) -> str:
+    """Keep the bytes the browser saved in place of a lesson in ``test-artifacts/`` and say what differs from the
+    committed one (the fields that differ, not the bytes: a lesson is a megabyte)."""
     ARTIFACTS.mkdir(exist_ok=True)
     kept = ARTIFACTS / f"changed-open{attempt}-{lesson.name}"
-    shutil.copy(path, kept)
+    kept.write_bytes(saved)
     try:
-        now, then = json.loads(path.read_text(encoding="utf-8")), json.loads(lesson.read_text(encoding="utf-8"))
+        now, then = json.loads(saved.decode("utf-8")), json.loads(lesson.read_text(encoding="utf-8"))
     except ValueError as err:
         return f"kept as {kept}; not JSON: {err}"
     diffs = [f"metadata.{k}" for k in sorted(set(now.get("metadata", {})) | set(then.get("metadata", {})))
@@ -404,8 +424,9 @@ def _keep_changed(path: Path, lesson: Path, attempt: int) -> str:
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.stem[:2])
 def test_opening_a_lesson_never_changes_it_and_its_widgets_render_every_time(lessons_lab, page, lesson):
-    """A lesson opened and left open (autosave every few seconds, widget state saved, as for learners) stays
-    byte-identical on disk; at each of :data:`OPENS` fresh opens (its kernel shut down in between) its saved
+    """A lesson opened and left open (autosave every second, widget state saved, as for learners) stays
+    byte-identical on disk, compared once its widgets are drawn and the page has saved all it had to (the page says
+    so); at each of :data:`OPENS` fresh opens (its kernel shut down in between) its saved
     widgets are drawn and none says "Error displaying widget: model not found" (seqlab-widget-restore runs the
     widget manager's restores one at a time: without it, which widgets lose that race changes per open)."""
     base, token, folder = lessons_lab
@@ -416,11 +437,12 @@ def test_opening_a_lesson_never_changes_it_and_its_widgets_render_every_time(les
             page.goto(f"{base}/lab/tree/{lesson.name}?token={token}&reset")
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=SERVER_START_S * 1000)
             _wait_kernel_idle(page, 90)
+            page.evaluate(TRACK_SAVES_JS)
             _wait_widgets_settled(page, views, 60)
-            page.wait_for_timeout(SETTLED_WAIT_S * 1000)
-            unchanged = _at_rest_equal(path, committed)    # a bool: pytest would diff a megabyte for hours
+            saved = _bytes_at_rest(page, path)
+            unchanged = saved == committed    # a bool: pytest would diff a megabyte for hours
             assert unchanged, f"{lesson.name} changed on disk after open {attempt + 1}: " \
-                              f"{_keep_changed(path, lesson, attempt + 1)}"
+                              f"{_keep_changed(saved, lesson, attempt + 1)}"
             assert page.evaluate(f"() => window.jupyterapp.isPluginActivated('{RESTORE_PLUGIN}')"), "not loaded"
             lost = page.locator(".jp-OutputArea-output:has-text('Error displaying widget')").count()
             assert lost == 0, f"{lesson.name}, open {attempt + 1}: {lost} widgets not displayed (model not found)"

@@ -1,7 +1,11 @@
-"""Faults a long run meets on a cluster, done to real child processes: SIGINT, SIGTERM and ``kill -9`` at a random
+"""Faults a long run meets on a cluster, done to real child processes: SIGINT, SIGTERM and ``kill -9`` at a chosen
 step followed by ``--resume`` (the uninterrupted run's losses, bit for bit on CPU), SIGTERM under torchrun, a full
 disk during a save, a ``workers=2`` arena sitting stopped by SIGTERM, four arena sittings on one results file, and a
-corrupted claim file. Tiny models: seconds each."""
+corrupted claim file. Tiny models: seconds each.
+
+No signal races the run's progress: a signalled run is started with ``SEQLAB_HOLD_AT`` (``interrupt.hold_for_signal``),
+so each of its training loops holds after the chosen step until the signal has reached it, and the test sends the
+signal only once every loop is held. The step a run stops at is the one the test chose, however busy the machine."""
 import collections
 import errno
 import json
@@ -24,6 +28,10 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 ENV.pop("WORLD_SIZE", None)
 TASK = ["--task-config", "min_len=2", "max_len=4", "train_size=64", "test_size=16", "autoregressive_n=4"]
 MODEL = ["--model", "gateloop", "--config", "d_model=16", "n_layers=1"]
+TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
+STEPS = 40                # a training command's steps: room to stop in the middle, cheap to run three times
+EVERY = 10                # periodic saves of the kill -9 test, by steps only (no clock decides where they fall)
+GUARD_S = 600             # failure guards only: no outcome depends on them
 
 
 def _train_args(steps: int, *extra) -> list[str]:
@@ -35,101 +43,140 @@ def _losses(path) -> list[float]:
     return [r["loss"] for r in json.loads(open(path).read())["train"]]
 
 
-def _start(args, launcher=(sys.executable,)) -> subprocess.Popen:
-    return subprocess.Popen([*launcher, "-m", "seqlab", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=ENV, start_new_session=True)
+def _start(args, launcher=(sys.executable,), env=ENV) -> subprocess.Popen:
+    return subprocess.Popen([*launcher, "-m", "seqlab", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
 
 
-def _wait_for_step(proc: subprocess.Popen, step: int) -> int:
-    """Read the child's printed steps until ``step``; the last step it printed."""
-    seen = 0
-    for line in proc.stdout:
-        if line.startswith("step") and "| train" in line:
-            seen = int(line.split()[1])
-            if seen >= step:
-                return seen
-    raise AssertionError(f"the run ended before step {step}: {proc.stderr.read()[-2000:]}")
-
-
-def _finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
-    _, err = proc.communicate(timeout=timeout)
+def _finish(proc: subprocess.Popen) -> tuple[int, str]:
+    _, err = proc.communicate(timeout=GUARD_S)
     return proc.returncode, err
+
+
+def _run_ok(args, launcher=(sys.executable,)) -> str:
+    """Run ``python -m seqlab ARGS`` to its end, which must be a success: its standard output."""
+    out = subprocess.run([*launcher, "-m", "seqlab", *args], capture_output=True, text=True, env=ENV, timeout=GUARD_S)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+class HeldRun:
+    """``python -m seqlab ARGS`` whose training loops each hold after step ``step`` until a signal reaches them
+    (``interrupt.hold_for_signal``); each held loop writes ``<pid>.held`` in ``folder``."""
+
+    def __init__(self, args, step: int, folder, launcher=(sys.executable,)):
+        self.folder = folder
+        self.proc = _start(args, launcher, env={**ENV, interrupt.HOLD_AT: f"{step}:{folder}"})
+
+    def wait_held(self, loops: int = 1) -> None:
+        """Wait until ``loops`` training loops (one per process that trains) hold at the step."""
+        deadline = time.monotonic() + GUARD_S
+        while len(list(self.folder.glob("*.held"))) < loops:
+            assert self.proc.poll() is None, f"the run ended before it held: {self.proc.stderr.read()[-3000:]}"
+            assert time.monotonic() < deadline, f"no {loops} training loops held within {GUARD_S} s"
+            time.sleep(0.05)
+
+    def stop(self, sig: int) -> tuple[int, str]:
+        """Send ``sig`` to the command (not to its process group) and wait for its end: its code and stderr."""
+        os.kill(self.proc.pid, sig)
+        return _finish(self.proc)
+
+
+@pytest.fixture
+def held(tmp_path):
+    """``held(args, step, launcher=...)`` starts a :class:`HeldRun`; whatever of it is left is killed at the end."""
+    folder, runs = tmp_path / "held", []
+    folder.mkdir()
+
+    def start(args, step: int, launcher=(sys.executable,)) -> HeldRun:
+        runs.append(HeldRun(args, step, folder, launcher))
+        return runs[-1]
+
+    yield start
+    for run in runs:
+        if run.proc.poll() is None:
+            os.killpg(run.proc.pid, signal.SIGKILL)
+            run.proc.communicate()
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     """The whole run, never stopped: its losses, step by step."""
-    folder = tmp_path_factory.mktemp("whole")
-    out = subprocess.run([sys.executable, "-m", "seqlab", *_train_args(300, "--history", str(folder / "h.json"))],
-                         capture_output=True, text=True, env=ENV, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return _losses(folder / "h.json")
+    history = tmp_path_factory.mktemp("whole") / "h.json"
+    _run_ok(_train_args(STEPS, "--history", str(history)))
+    return _losses(history)
+
+
+def _no_temporaries(folder) -> bool:
+    return not [p for p in folder.iterdir() if ".tmp-" in p.name]
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_signal_saves_after_the_step_and_resume_ends_as_the_uninterrupted_run(tmp_path, uninterrupted, sig, code):
+def test_a_signal_saves_after_the_step_and_resume_ends_as_the_uninterrupted_run(tmp_path, held, uninterrupted, sig,
+                                                                                code):
     ckpt, hist = tmp_path / "run.pt", tmp_path / "h.json"
-    proc = _start(_train_args(300, "--checkpoint", str(ckpt)))
-    at = _wait_for_step(proc, random.Random(sig).randint(20, 100))
-    os.kill(proc.pid, sig)
-    returncode, err = _finish(proc)
+    at = random.Random(sig).randint(2, STEPS - 2)
+    run = held(_train_args(STEPS, "--checkpoint", str(ckpt)), at)
+    run.wait_held()
+    returncode, err = run.stop(sig)
     assert returncode == code, err[-2000:]
-    saved = train.load_checkpoint(ckpt)["step"]
-    assert at <= saved < 300
-    assert f"stopped by {signal.Signals(sig).name} at step {saved}, saved to {ckpt}; resume with:" in err
+    assert train.load_checkpoint(ckpt)["step"] == at
+    assert f"stopped by {signal.Signals(sig).name} at step {at}, saved to {ckpt}; resume with:" in err
     assert err.rstrip().endswith("--resume")
-    out = subprocess.run([sys.executable, "-m", "seqlab", *_train_args(300, "--checkpoint", str(ckpt), "--resume",
-                                                                       "--history", str(hist))],
-                         capture_output=True, text=True, env=ENV, timeout=300)
-    assert out.returncode == 0 and f"resuming from step {saved}" in out.stdout, out.stderr[-2000:]
+    out = _run_ok(_train_args(STEPS, "--checkpoint", str(ckpt), "--resume", "--history", str(hist)))
+    assert f"resuming from step {at}" in out
     assert _losses(hist) == uninterrupted                                   # bit for bit
-    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+    assert _no_temporaries(tmp_path)
 
 
-def test_kill_9_loses_at_most_one_period_of_the_default_saves(tmp_path):
-    """``kill -9`` cannot be caught: the default periodic saves (every CHECKPOINT_EVERY steps) bound the loss,
-    and the temporary file a kill inside a save leaves is removed by the resume."""
-    every = interrupt.CHECKPOINT_EVERY
-    steps = every + 150
-    ckpt, hist, whole = tmp_path / "run.pt", tmp_path / "h.json", tmp_path / "whole.json"
-    full = subprocess.run([sys.executable, "-m", "seqlab", *_train_args(steps, "--print-every", "10",
-                                                                        "--history", str(whole))],
-                          capture_output=True, text=True, env=ENV, timeout=600)
-    assert full.returncode == 0, full.stderr[-2000:]
-    proc = _start(_train_args(steps, "--checkpoint", str(ckpt), "--print-every", "10"))
-    at = _wait_for_step(proc, every + random.Random(9).randint(10, 100))
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=60)
+def test_kill_9_loses_at_most_one_period_of_the_periodic_saves(tmp_path, held, uninterrupted):
+    """``kill -9`` cannot be caught: the periodic saves bound the loss, and the temporary file a kill inside a save
+    leaves is removed by the resume."""
+    ckpt, hist = tmp_path / "run.pt", tmp_path / "h.json"
+    periodic = ("--checkpoint", str(ckpt), "--checkpoint-every", str(EVERY), "--checkpoint-seconds", "inf")
+    at = 2 * EVERY + random.Random(9).randint(1, EVERY)                    # after the save at 2 * EVERY
+    run = held(_train_args(STEPS, *periodic), at)
+    run.wait_held()
+    returncode, _ = run.stop(signal.SIGKILL)
+    assert returncode == -signal.SIGKILL
     saved = train.load_checkpoint(ckpt)["step"]
-    assert saved == every and at - saved <= every                          # at most one period lost
+    assert saved == 2 * EVERY and at - saved <= EVERY                       # at most one period lost
     stale = tmp_path / ".run.pt.tmp-killed.pt"                              # what a kill inside a save leaves
     stale.write_bytes(b"half a checkpoint")
-    out = subprocess.run([sys.executable, "-m", "seqlab", *_train_args(steps, "--checkpoint", str(ckpt), "--resume",
-                                                                       "--print-every", "10", "--history", str(hist))],
-                         capture_output=True, text=True, env=ENV, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert _losses(hist) == _losses(whole)
-    assert not stale.exists() and not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+    _run_ok(_train_args(STEPS, *periodic, "--resume", "--history", str(hist)))
+    assert _losses(hist) == uninterrupted
+    assert not stale.exists() and _no_temporaries(tmp_path)
 
 
-def test_sigterm_to_torchrun_stops_every_rank_at_one_step_and_resume_matches_the_uninterrupted_run(tmp_path):
-    launcher = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
+def test_a_run_with_a_checkpoint_saves_periodically_by_default(tmp_path, monkeypatch):
+    """What bounds a ``kill -9``'s loss when no period is asked for: every CHECKPOINT_EVERY steps or
+    CHECKPOINT_SECONDS seconds."""
+    from seqlab.train import loop
+
+    periods = []
+
+    class Saver(loop.PeriodicSaver):
+        def __init__(self, path, state, **kw):
+            periods.append((kw["every"], kw["seconds"]))
+            super().__init__(path, state, **kw)
+
+    monkeypatch.setattr(loop, "PeriodicSaver", Saver)
+    model, task = _tiny()
+    train.fit(model, task, steps=1, batch_size=8, progress=False, checkpoint=tmp_path / "run.pt")
+    assert periods == [(interrupt.CHECKPOINT_EVERY, interrupt.CHECKPOINT_SECONDS)]
+
+
+def test_sigterm_to_torchrun_stops_every_rank_at_one_step_and_resume_matches_the_uninterrupted_run(tmp_path, held):
     whole, cut, ckpt = tmp_path / "whole.json", tmp_path / "cut.json", tmp_path / "run.pt"
-    done = subprocess.run([*launcher, "-m", "seqlab", *_train_args(300, "--history", str(whole))],
-                          capture_output=True, text=True, env=ENV, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    proc = _start(_train_args(300, "--checkpoint", str(ckpt)), launcher=launcher)
-    _wait_for_step(proc, 15)
-    os.kill(proc.pid, signal.SIGTERM)                   # torchrun forwards it to both workers
-    _finish(proc)
-    saved = train.load_checkpoint(ckpt)["step"]
-    assert 15 <= saved < 300
-    out = subprocess.run([*launcher, "-m", "seqlab", *_train_args(300, "--checkpoint", str(ckpt), "--resume",
-                                                                   "--history", str(cut))],
-                         capture_output=True, text=True, env=ENV, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
+    _run_ok(_train_args(STEPS, "--history", str(whole)), launcher=TORCHRUN)
+    at = STEPS // 2
+    run = held(_train_args(STEPS, "--checkpoint", str(ckpt)), at, launcher=TORCHRUN)
+    run.wait_held(loops=2)                              # both ranks
+    run.stop(signal.SIGTERM)                            # torchrun forwards it to both workers
+    assert train.load_checkpoint(ckpt)["step"] == at
+    _run_ok(_train_args(STEPS, "--checkpoint", str(ckpt), "--resume", "--history", str(cut)), launcher=TORCHRUN)
     a, b = _losses(whole), _losses(cut)
-    assert len(a) == len(b) == 300 and max(abs(x - y) for x, y in zip(a, b)) <= 1e-6, (a, b)
+    assert len(a) == len(b) == STEPS and max(abs(x - y) for x, y in zip(a, b)) <= 1e-6, (a, b)
 
 
 # ----------------------------------------------------------------------------------------------- a full disk
@@ -209,36 +256,27 @@ ARENA = ["experiment", "arena", "profile=quick", "tasks=mqar", "widths=[16]", "m
          "verbose=False"]
 
 
-def test_a_workers_2_sitting_stopped_by_sigterm_resumes_each_workers_run(tmp_path):
-    out, runs = tmp_path / "arena.json", tmp_path / "runs"
-    args = [*ARENA, "families=gateloop,lrnn,lightnet", "steps=150", "workers=2", f"out={out}", "--checkpoint-dir",
-            str(runs)]                                  # three runs, two workers: one is handed over ahead
-    proc = _start(args)
-    deadline = time.time() + 300
-    while len(list(runs.glob("*.pt"))) < 2:              # both workers have saved once (every tenth of the steps)
-        assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-2000:]
-        time.sleep(0.2)
-    os.kill(proc.pid, signal.SIGTERM)
-    returncode, err = _finish(proc)
+def test_a_workers_2_sitting_stopped_by_sigterm_resumes_each_workers_run(tmp_path, held):
+    out, runs, steps, at = tmp_path / "arena.json", tmp_path / "runs", 20, 5      # saves every 2 steps
+    args = [*ARENA, "families=gateloop,lrnn,lightnet", f"steps={steps}", "workers=2", f"out={out}",
+            "--checkpoint-dir", str(runs)]              # three runs, two workers: one is handed over ahead
+    sitting = held(args, at)
+    sitting.wait_held(loops=2)                          # each worker holds its run at step `at`
+    returncode, err = sitting.stop(signal.SIGTERM)
     assert returncode == 143, err[-2000:]
     assert "the arena stopped by SIGTERM" in err and str(runs) in err
     stopped = {p.name: train.load_checkpoint(p)["step"] for p in runs.glob("*.pt")}
-    assert len(stopped) == 2 and all(0 < s < 150 for s in stopped.values()), stopped   # the third never started
+    assert sorted(stopped.values()) == [at, at], stopped                   # the third never started
     assert not any(name.startswith("lightnet") for name in stopped)
     assert results.read(out)["runs"] == []
-    again = subprocess.run([sys.executable, "-m", "seqlab", *args], capture_output=True, text=True, env=ENV,
-                           timeout=600)
-    assert again.returncode == 0, again.stderr[-2000:]
-    whole = subprocess.run([sys.executable, "-m", "seqlab", *ARENA, "families=gateloop,lrnn", "steps=150",
-                            "workers=2", f"out={tmp_path / 'whole.json'}"],
-                           capture_output=True, text=True, env=ENV, timeout=600)
-    assert whole.returncode == 0, whole.stderr[-2000:]
+    _run_ok(args)
+    _run_ok([*ARENA, "families=gateloop,lrnn", f"steps={steps}", f"out={tmp_path / 'whole.json'}"])  # in one process
     resumed = {r["family"]: r for r in results.read(out)["runs"]}
     straight = {r["family"]: r for r in results.read(tmp_path / "whole.json")["runs"]}
     assert set(resumed) == {"gateloop", "lrnn", "lightnet"}
     for family, run in straight.items():              # the resumed runs are the runs never stopped
         assert (resumed[family]["accuracy"], resumed[family]["curve"]) == (run["accuracy"], run["curve"])
-    assert all(train.load_checkpoint(p)["step"] == 150 for p in runs.glob("*.pt"))
+    assert all(train.load_checkpoint(p)["step"] == steps for p in runs.glob("*.pt"))
 
 
 def test_four_arena_sittings_on_one_file_keep_every_run_and_every_key(tmp_path):

@@ -176,7 +176,9 @@ def test_observe_summarises_every_run_and_refuses_a_wrong_initial_scale(small_co
     with train.observe() as runs, pytest.raises(ValueError, match=r"loud: initial validation loss .* nats from ln"):
         train.fit(loud, small_copy, steps=2, batch_size=8, lr=1e-2, progress=False, desc="loud")
     assert runs == []
-    assert train.fit(loud, small_copy, steps=1, batch_size=8, lr=1e-2, progress=False)   # not observed: trained
+    trained = train.fit(loud, small_copy, steps=1, batch_size=8, lr=1e-2, progress=False)   # not observed: trained
+    assert [(r["split"], r["step"]) for r in trained.records] == [("train", 1), ("test", 1)]   # no check at step 0
+    assert abs(trained.train_loss()[0] - math.log(train.num_targets(small_copy))) > train.INITIAL_LOSS_TOLERANCE
 
 
 def test_resume_refuses_a_different_run(small_copy, tmp_path):
