@@ -70,10 +70,11 @@ def run_one(spec: dict, cfg: dict, *, progress: bool = False, checkpoint_dir=Non
         target = target_parameters(cfg["reference"], spec["width"], cfg["n_layers"])
         d_model, params = matched_width(family, target, cfg["n_layers"])
         model = build_model(spec, task, d_model, cfg)
+        name_of_run = run_name(spec, cfg, task.seq_len)
+        run = TrainConfig.from_sizes(cfg, lr=spec["lr"], seed=seed, eval_split="validation", eval_every=eval_every,
+                                     progress=progress, desc=name_of_run,
+                                     **checkpointing(checkpoint_dir, name_of_run, cfg["steps"]))
         with train.observe() as watched:           # the loss before step 1 is checked against ln(num_targets)
-            run = TrainConfig.from_sizes(cfg, lr=spec["lr"], seed=seed, eval_split="validation",
-                                         eval_every=eval_every, progress=progress, desc=run_name(spec, cfg, task.seq_len),
-                                         **checkpointing(checkpoint_dir, run_name(spec, cfg, task.seq_len), cfg["steps"]))
             history = train.fit(model, task, run)
         test = train.evaluate(model, task, "test")
     summary = watched[-1]
