@@ -74,7 +74,7 @@ def test_an_experiment_on_two_nodes_through_torchrun_rendezvous(tmp_path):
 
     config = tmp_path / "tiny.toml"
     config.write_text('experiment = "lightnet-copying"\n[sizes]\nd_model = 16\nn_layers = 1\nn_heads = 2\n'
-                      'steps = 4\nbatch_size = 8\nlr = 1e-2\nthreads = 1\ntask_kwargs = { min_len = 2, max_len = 4, '
+                      'steps = 4\nbatch_size = 8\nlr = 1e-2\nthreads = 1\ntask_config = { min_len = 2, max_len = 4, '
                       'train_size = 64, test_size = 600, autoregressive_n = 4 }\n')
     args = ["-m", "seqlab", "experiment", "lightnet-copying", "progress=False", "--config-file", str(config)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
