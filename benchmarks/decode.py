@@ -21,7 +21,8 @@ check sizes; ``--d-model``/``--layers`` change them). For each model, batch and 
 
 Then per model: ``t(c_max) / t(c_min)`` of ``step`` (about 1 for the linear families, growing for the
 Transformer's KV cache and the quadratic CausalRN) and the speed-up of ``step`` over the rerun path. The
-machine's load average is printed before and after; ``--record`` also writes the tables as JSON (by default
+machine's load average is printed before and after; ``--clock cpu`` times by the process's CPU time (as
+``engine.py``: a loaded machine's waits for a core left out); ``--record`` also writes the tables as JSON (by default
 ``benchmarks/results/cpu-decode-<date>.json``: the commit, the machine, the load, the command).
 """
 from __future__ import annotations
@@ -33,7 +34,7 @@ import sys
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _timing import best_ms  # noqa: E402
+from engine import CLOCKS, best_of, write_record  # noqa: E402  the clocks and the JSON record of the CPU scripts
 
 LMS = ("transformer", "linear-transformer", "causalrn", "linear-causalrn", "lrnn", "lightnet", "gateloop")
 QUADRATIC = {"transformer", "causalrn"}
@@ -61,7 +62,7 @@ def state_after(model, tokens: torch.Tensor, chunk: int = 1024):
 
 
 def measure(model, name: str, batch: int, contexts: list, repeats: int, rounds: int, rerun_max: int,
-            quadratic_max: int, threads: int) -> dict:
+            quadratic_max: int, threads: int, clock: str = "wall") -> dict:
     """``{c: {"step_ms", "rerun_ms", "state_bytes"}}`` for every context, all states built first, then timed in
     ``rounds`` rounds over every context in turn (step, then rerun); the best of each."""
     limit = min(rerun_max, quadratic_max) if name in QUADRATIC else rerun_max
@@ -76,9 +77,9 @@ def measure(model, name: str, batch: int, contexts: list, repeats: int, rounds: 
         rerun_ms = dict.fromkeys(contexts, float("inf"))
         for _ in range(rounds):
             for c, (tokens, state) in runs.items():
-                step_ms[c] = min(step_ms[c], best_ms(lambda: model.step(tokens[:, c], state), repeats))
+                step_ms[c] = min(step_ms[c], best_of(lambda: model.step(tokens[:, c], state), repeats, clock))
                 if c <= limit:
-                    rerun_ms[c] = min(rerun_ms[c], best_ms(lambda: model(tokens), max(1, repeats // 4)))
+                    rerun_ms[c] = min(rerun_ms[c], best_of(lambda: model(tokens), max(1, repeats // 4), clock))
     return {c: {"step_ms": step_ms[c], "rerun_ms": rerun_ms[c] if c <= limit else None,
                 "state_bytes": 4 * model.state_size(c)} for c in contexts}
 
@@ -103,6 +104,8 @@ def main(argv=None) -> int:
                    help="longest context for the quadratic models' rerun and the quadratic CausalRN's step")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rounds", type=int, default=ROUNDS, help="rounds over every context of a model")
+    p.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
+                   help="wall clock, or the process's CPU time (a loaded machine's waits for a core left out)")
     p.add_argument("--record", nargs="?", const="", default=None, metavar="PATH",
                    help="also write the tables as JSON (default path: benchmarks/results/cpu-decode-<date>.json)")
     args = p.parse_args(argv)
@@ -110,7 +113,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     contexts = sorted(args.contexts)
     print(f"decoding one token after c tokens: d_model={args.d_model}, {args.layers} layers, vocab {VOCAB}, "
-          f"float32, {args.threads} thread(s); best of {args.repeats} in {args.rounds} rounds over the contexts; "
+          f"float32, {args.threads} thread(s); {args.clock} clock, best of {args.repeats} in {args.rounds} rounds "
+          f"over the contexts; "
           f"times in ms; load average {load_before[0]:.2f} ({os.cpu_count()} CPUs)")
     summary, records = [], []
     for batch in args.batches:
@@ -120,7 +124,7 @@ def main(argv=None) -> int:
             model = build(name, args.d_model, args.layers, max_len=contexts[-1] + 1)
             timed = [c for c in contexts if not (name in PREFILL_BY_STEPS and c > args.quadratic_max)]
             rows = measure(model, name, batch, timed, args.repeats, args.rounds, args.rerun_max, args.quadratic_max,
-                           args.threads)
+                           args.threads, args.clock)
             for c in contexts:
                 if c not in rows:
                     print(f"{name:<19} {batch:>2} {c:>7} {'-':>9} {'-':>9} {'-':>10} "
@@ -146,12 +150,12 @@ def main(argv=None) -> int:
         print(f"{name:<19} {batch:>2} {growth:12.2f} ({c_max:>5})  {ups}")
     print(f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after")
     if args.record is not None:
-        from engine import write_record
-
         config = dict(d_model=args.d_model, layers=args.layers, vocab=VOCAB, threads=args.threads,
-                      repeats=args.repeats, rounds=args.rounds, contexts=contexts, batches=args.batches)
+                      repeats=args.repeats, rounds=args.rounds, clock=args.clock, contexts=contexts,
+                      batches=args.batches)
         growth = [{"model": n, "batch": b, "step_growth": round(g, 3), "c_max": c} for n, b, g, c, _ in summary]
-        path = write_record("decode", args.record, "", config, records, load_before, load_after, argv,
+        path = write_record("decode", args.record, "cpu" if args.clock == "cpu" else "", config, records,
+                            load_before, load_after, argv,
                             extra={"step_growth": growth})
         print(f"record: {path}")
     return 0
