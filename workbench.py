@@ -4,6 +4,7 @@
     python workbench.py lab     # JupyterLab on my_notebooks/, your copy of notebooks/  (the main job)
     python workbench.py lab --reset 02   # put lesson 02 back as committed
     python workbench.py test    # every test, the lessons included (what CI runs)
+    python workbench.py test --quick   # the fast tier: minutes, not the slow tests or the lessons under nbval
     python workbench.py execute notebooks/02_linear_recurrence.ipynb   # re-run a lesson, save its outputs
     python workbench.py book    # the lessons as a book in build/book/ (open build/book/index.html)
     python workbench.py gpu-check   # on a CUDA machine: kernels, lessons, GPU benchmarks, configs/ timed
@@ -50,6 +51,10 @@ NBVAL_ARGS = ["--nbval-current-env", "--nbval-sanitize-with", "tests/nbval_sanit
 # listed at the end (CI's 30-minute budget is spent there).
 PYTEST_ARGS = ["-n", "2", "--dist", "loadscope", "--nbval", *NBVAL_ARGS, "-p", "no:cacheprovider", "-ra",
                "--durations=30", "tests", "notebooks"]
+# `test --quick`: the fast tier, a few minutes on two cores. Every test under tests/ not marked slow (tests/conftest.py
+# marks the slow ones: Triton's ahead-of-time compiles, real processes, torchrun, the browser, the book, lengths of
+# 4096 and more); no lesson under nbval and no second pass. Extra arguments follow it (a path given replaces tests/).
+QUICK_ARGS = ["-n", "2", "--dist", "loadscope", "-m", "not slow", "-ra", "--durations=15"]
 # Its second pass: the lessons alone, on another floating-point path (other_fp_path_environment).
 SECOND_PASS_ARGS = ["-n", "2", "--dist", "loadscope", "--nbval", *NBVAL_ARGS, "-p", "no:cacheprovider", "-ra",
                     "notebooks"]
@@ -343,12 +348,23 @@ def other_fp_path_environment(env: dict, capability: str) -> dict:
     return dict(native, **OTHER_FP_PATH.get(capability, OTHER_FP_PATH["AVX2"]), NUMBA_CPU_NAME="generic")
 
 
+def quick_args(args: list[str]) -> list[str]:
+    """The pytest arguments of ``test --quick ARGS``: QUICK_ARGS, then ARGS, then ``tests`` unless ARGS name a
+    path (``test --quick tests/ops -x`` runs the fast tier of tests/ops)."""
+    rest = [a for a in args if a != "--quick"]
+    named = any(not a.startswith("-") and (ROOT / a.split("::", 1)[0]).exists() for a in rest)
+    return [*QUICK_ARGS, *rest, *([] if named else ["tests"])]
+
+
 def test(args: list[str]) -> int:
     """Every test and every lesson; then the lessons again as another machine runs them, on a floating-point
     path other than this machine's, so that no compared output depends on the path. Pytest arguments
-    run that part alone, once."""
+    run that part alone, once. ``--quick``: the fast tier (QUICK_ARGS: ``-m "not slow"``, no lesson under
+    nbval, one pass), for a change to one op or layer; the full run stays what CI runs."""
     py = ensure_environment()
     env = test_environment()
+    if "--quick" in args:
+        args = quick_args(args)
     if args:  # a narrower run still validates notebooks the same way (a lesson named is collected by nbval)
         collect = [] if {"--nbval", "--nbval-lax"} & set(args) or not any(
             a.rstrip("/").endswith((".ipynb", "notebooks")) for a in args) else ["--nbval"]

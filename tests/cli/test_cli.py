@@ -23,6 +23,7 @@ def run_cli(*args, cwd=None):
                           cwd=cwd, timeout=300)
 
 
+@pytest.mark.slow  # training in a subprocess
 def test_cli_trains_and_resumes_in_a_subprocess(tmp_path, capsys):
     ckpt = str(tmp_path / "run.pt")
     out = run_cli("train", "--model", "transformer", "--task", "copying", "--steps", "4", "--batch-size", "8",
@@ -39,6 +40,7 @@ def test_cli_trains_and_resumes_in_a_subprocess(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
 
 
+@pytest.mark.slow  # training in a subprocess
 def test_piped_to_a_file_train_prints_plain_lines_and_a_clean_header():
     """Not a terminal: no progress-bar fragments (carriage returns, ``it/s``), the step lines alone; a language-model
     task's header says so instead of ``classes None``."""

@@ -81,6 +81,7 @@ def _notebook(cells: list[tuple[str, list]]) -> dict:
                        "source": src, "outputs": outs} for i, (src, outs) in enumerate(cells)]}
 
 
+@pytest.mark.slow  # a Jupyter kernel under nbval in a subprocess
 def test_nbval_leaves_plotly_figures_out_and_still_compares_text(tmp_path):
     """notebooks/conftest.py: a figure whose numbers moved passes; a printed line that moved still fails."""
     shutil.copy(LESSONS[0].parent / "conftest.py", tmp_path / "conftest.py")

@@ -228,6 +228,7 @@ def test_auto_on_max_headed_inputs():
     check(gateloop(q, k, v, a), ref, 1e-5, "auto, dk = dv = 1")
 
 
+@pytest.mark.slow  # L = 4096; test_gradients_match_float64_recurrence covers every mode at small sizes
 @pytest.mark.parametrize("mode", ["chunked", "auto", "associative", "numba"])
 def test_gradients_long_sequence(mode):
     q, k, v, a = make_inputs(1, 1, 4096, 2, 2)

@@ -246,6 +246,7 @@ def test_compiled_rounds_like_the_loop_on_real_inputs():
                            linear_scan(a, x, h0, reverse=reverse, mode="sequential"))
 
 
+@pytest.mark.slow  # a fresh process compiling the Numba loop
 def test_a_numba_loop_leaves_torchs_thread_count_as_it_was():
     """Numba's OpenMP pool shares the runtime with torch: launching it reset torch's intra-op threads (one
     thread became every core, and sums rounded differently from the first compiled call on). A fresh process,
