@@ -22,7 +22,7 @@ from seqlab.experiments._common import Sizes, profile_sizes  # noqa: F401  (an e
 from seqlab.registry import Registry
 
 EXPERIMENTS = Registry("experiment", argument="experiment")
-_MODULES = ("relation", "lrnn", "lightnet", "gateloop", "arena", "init_scale")
+_MODULES = ("relation", "lrnn", "lightnet", "gateloop", "arena", "init_scale", "recall_sweep")
 
 # Experiments that take no profile: what they measure is set by their arguments alone.
 WITHOUT_CONFIG = {

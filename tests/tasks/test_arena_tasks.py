@@ -342,6 +342,30 @@ def test_deterministic_and_cached_by_every_parameter(name, tmp_path):
     assert all(k in a.info for k in kw if k != "validation_size" or kw[k])
 
 
+# ----------------------------------------------------------------------------- the recall sweep's MQAR
+
+
+@pytest.mark.parametrize("pairs", [4, 8, 16])
+def test_mqar_at_the_recall_sweeps_sizes(pairs):
+    """configs/medium/recall-sweep.toml's task: 1024 tokens (511 key tokens), 64 tokens, Zoology's filler; 16 pairs
+    fill the query region (each key asked once, the gaps a permutation); every label recomputed from the inputs."""
+    kw = dict(vocab_size=1024, seq_len=64, num_kv_pairs=pairs, filler="zoology")
+    task = tasks.mqar(**kw, train_size=1100, test_size=12, validation_size=10)      # two chunks of train rows
+    info = task.info
+    assert info["key_tokens"] == [1, 512] and info["key_tokens"][1] - info["key_tokens"][0] >= 256
+    for split in SPLITS:
+        for ids, labels in rows(task, split):
+            gaps = []
+            assert labels == mqar_expected(ids, info, gaps)
+            assert all(t == 0 for t, y in zip(ids[2 * pairs:], labels[2 * pairs:]) if y == IGNORE)   # token 0 filler
+            if pairs == 16:
+                assert sorted(gaps) == list(range(16))
+    keys = task.tensors("train")["input_ids"][:, 0:2 * pairs:2]
+    assert len(torch.unique(keys)) > 400                                  # the whole key vocabulary is used
+    again = tasks.mqar(**kw, train_size=2200, test_size=12, validation_size=10)
+    assert torch.equal(again.tensors("train")["input_ids"][:1024], task.tensors("train")["input_ids"][:1024])
+
+
 # ----------------------------------------------------------------------------- argument errors
 
 

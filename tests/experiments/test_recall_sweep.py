@@ -1,0 +1,143 @@
+"""The recall sweep (issue #51 items 3-4): every profile's plan spans at least 8x of state per linear family at one
+budget (or says where the budget moves), the tiny plan trains and records what a run and a cell must say, a second
+sitting trains nothing, a stopped sitting leaves a valid record that the next one completes, and each cell's rate
+search is the arena's."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from seqlab import experiments
+from seqlab.experiments import recall_sweep as R
+from seqlab.experiments import recall_sweep_plan as P
+from seqlab.experiments.arena_families import TOLERANCE
+
+RUN_KEYS = ("family", "cell", "group", "knobs", "pairs", "seed", "lr", "d_model", "params", "target_params", "budget",
+            "state_size", "seq_len", "vocab_size", "filler", "train_size", "steps", "accuracy", "validation_accuracy",
+            "initial_loss", "num_targets", "curve", "steps_to_0.9", "steps_to_0.99", "init", "device", "wall_s")
+CELL_KEYS = ("family", "cell", "group", "knobs", "pairs", "d_model", "params", "budget", "state_size", "lr_grid",
+             "searched", "chosen_lr", "lr_at_edge", "status", "accuracy", "mean", "spread", "min")
+
+
+@pytest.fixture(autouse=True)
+def _data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQLAB_DATA", str(tmp_path / "data"))
+
+
+@pytest.mark.parametrize("profile", ["quick", "medium", "full"])
+def test_each_linear_family_spans_eight_times_its_state_at_one_budget(profile):
+    out = experiments.run(R.NAME, profile=profile, out=None, dry_run=True)
+    cfg, plan = out["config"], out["plan"]
+    assert set(out["spans"]) == set(P.LINEAR) and all(out["spans"][f] >= 8 for f in P.LINEAR), out["spans"]
+    for family in P.LINEAR:                  # at least three state sizes at every number of pairs
+        for pairs in cfg["pairs"]:
+            sizes = {c["state_size"] for c in plan if c["family"] == family and c["group"] == "state"
+                     and c["pairs"] == pairs}
+            assert len(sizes) >= 3, (family, pairs, sizes)
+    for cell in plan:                        # matched within the arena's 10 %, or d_model held and the budget said
+        assert cell["matched"] == ("d_model" not in cell["knobs"])
+        assert not cell["matched"] or abs(cell["budget"] - 1) <= TOLERANCE, cell
+        assert cell["budget"] == round(cell["params"] / cell["target_params"], 4)
+        assert 4 * cell["pairs"] <= cfg["mqar"]["seq_len"]
+    assert {c["pairs"] for c in plan if c["group"] == "reference"} == set(cfg["pairs"])
+    assert [c["group"] for c in plan][:len(cfg["pairs"])] == ["reference"] * len(cfg["pairs"])   # controls first
+    rest = [c["pairs"] for c in plan[len(cfg["pairs"]):]]
+    assert rest == sorted(rest)                                                                  # fewest pairs first
+    groups = {c["group"] for c in plan}
+    if profile != "quick":
+        assert len(cfg["pairs"]) >= 3 and {"short-conv", "feature-map"} <= groups
+        assert cfg["mqar"]["vocab_size"] // 2 - 1 >= 256                    # key tokens beyond any key channels
+        assert cfg["train_size"] >= 25 * 4000 and cfg["train_size"] >= cfg["steps"] * cfg["batch_size"] or \
+            profile == "full"
+        assert cfg["mqar"]["filler"] == "zoology" and cfg["seeds"] == 3 and len(cfg["lrs"]) >= 3
+
+
+TINY = dict(profile="quick", steps=2, families="transformer,gateloop", only_pairs="2", progress=False,
+            verbose=False)
+
+
+def test_the_tiny_sweep_records_each_run_and_cell_and_a_second_sitting_trains_nothing(tmp_path, monkeypatch):
+    out = tmp_path / "sweep.json"
+    result = experiments.run(R.NAME, out=str(out), **TINY)
+    data = json.loads(out.read_text())
+    planned = [c for c in result["plan"] if c["family"] in ("transformer", "gateloop") and c["pairs"] == 2]
+    assert len(data["runs"]) == len(planned) == 5                      # one seed, one rate in the quick sizes
+    for run in data["runs"]:
+        assert set(RUN_KEYS) <= set(run), set(RUN_KEYS) - set(run)
+        assert run["state_size"] > 0 and [s for s, _ in run["curve"]] == [0, 2]
+        assert run["num_targets"] == run["vocab_size"] == 64 and run["initial_loss"] > 0
+    assert {r["state_size"] for r in data["runs"]} == {c["state_size"] for c in planned}
+    cells = {(c["cell"], c["pairs"]): c for c in data["cells"]}
+    assert len(cells) == len(result["plan"])                            # every cell of the plan, trained or not
+    for cell in planned:
+        row = cells[(cell["cell"], 2)]
+        assert set(CELL_KEYS) <= set(row) and row["status"] == "done" and row["chosen_lr"] == 3e-3
+        run = next(r for r in data["runs"] if r["cell"] == cell["cell"])
+        assert row["lr_grid"] == [3e-3] and row["searched"] == {"0.003": run["validation_accuracy"]}
+        assert row["accuracy"] == [run["accuracy"]] and row["state_size"] == run["state_size"]
+    assert cells[("lrnn d_state=8", 2)]["status"] == "searching"        # not in this sitting's families
+    assert data["verdicts"]["2"]["verdict"] == "inconclusive: the control did not learn"   # 2 steps learn nothing
+    assert data["verdicts"]["4"]["verdict"] == "control not run yet"
+    assert data["config"]["pairs"] == [2, 4]                           # the subset is not the record's config
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a recorded run was trained again")
+
+    monkeypatch.setattr(R, "run_one", no_training)
+    again = experiments.run(R.NAME, out=str(out), **TINY)
+    assert again["runs"] == data["runs"]
+
+
+def test_a_stopped_sitting_leaves_a_valid_record_that_the_next_completes(tmp_path, monkeypatch):
+    out = tmp_path / "sweep.json"
+    real, calls = R.run_one, []
+
+    def stopped_at_the_third(spec, cfg, **kw):
+        calls.append(spec["cell"])
+        if len(calls) == 3:
+            raise KeyboardInterrupt("SIGTERM")
+        return real(spec, cfg, **kw)
+
+    monkeypatch.setattr(R, "run_one", stopped_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        experiments.run(R.NAME, out=str(out), **TINY)
+    first = json.loads(out.read_text())                                 # valid JSON, the two finished runs
+    assert len(first["runs"]) == 2 and {r["cell"] for r in first["runs"]} == set(calls[:2])
+    monkeypatch.setattr(R, "run_one", real)
+    done = experiments.run(R.NAME, out=str(out), **TINY)
+    assert len(done["runs"]) == 5 and done["runs"][:2] == first["runs"]
+
+
+def _run(cell, seed, lr, val, cfg):
+    task = cfg["mqar"]
+    return {**cell, "seed": seed, "lr": lr, "validation_accuracy": val, "accuracy": val, "seq_len": task["seq_len"],
+            "vocab_size": task["vocab_size"], "filler": task["filler"], "train_size": cfg["train_size"],
+            "width": cfg["width"], "steps": cfg["steps"]}
+
+
+def test_a_cell_searches_its_rate_as_the_arena_then_runs_the_seeds_at_it():
+    cfg = {**P.SIZES["quick"], "lrs": [1e-3, 3e-3, 1e-2], "seeds": 3}
+    cell = P.plan_cells(cfg, ["gateloop"], [2])[0]
+    assert [(s["seed"], s["lr"]) for s in P.next_specs([], cell, cfg)] == [(0, 1e-3), (0, 3e-3), (0, 1e-2)]
+    runs = [_run(cell, 0, lr, v, cfg) for lr, v in ((1e-3, 0.2), (3e-3, 0.5), (1e-2, 0.7))]
+    assert [(s["seed"], s["lr"]) for s in P.next_specs(runs, cell, cfg)] == [(0, 0.03)]    # best at an edge
+    runs.append(_run(cell, 0, 0.03, 0.6, cfg))
+    assert [(s["seed"], s["lr"]) for s in P.next_specs(runs, cell, cfg)] == [(1, 1e-2), (2, 1e-2)]
+    other = P.plan_cells(cfg, ["gateloop"], [4])[0]                    # another number of pairs: its own search
+    assert len(P.next_specs(runs, other, cfg)) == 3
+    longer = {**cfg, "steps": cfg["steps"] * 2}                        # another budget: nothing counts
+    assert len(P.next_specs(runs, cell, longer)) == 3
+    runs += [_run(cell, s, 1e-2, 0.9, cfg) for s in (1, 2)]
+    assert P.next_specs(runs, cell, cfg) == []
+    row = P.cell_rows(runs, [cell], cfg)[0]
+    assert row["chosen_lr"] == 1e-2 and not row["lr_at_edge"] and row["lr_extended"] and row["status"] == "done"
+    assert row["accuracy"] == [0.7, 0.9, 0.9] and row["min"] == 0.7
+
+
+def test_a_cell_that_cannot_hold_the_budget_says_so():
+    cfg = {**P.SIZES["quick"], "cells": [{"family": "lrnn", "group": "state", "knobs": {"d_state": 512}}]}
+    with pytest.raises(ValueError, match="lrnn d_state=512: no d_model .* name d_model in its knobs"):
+        P.plan_cells(cfg)
+    with pytest.raises(ValueError, match="families"):
+        experiments.run(R.NAME, profile="quick", out=None, dry_run=True, families="gpt")
