@@ -48,13 +48,29 @@ ROUNDING_LEVEL = re.compile(r"(?<![\w.^])(?<!below )"
                             r"(\d(\.\d+)?e-(1[3-9]|[2-9]\d|\d{3})|\d\.\de-(0[6-9]|1[0-2])|0(\.0+)?e[+-]00)\b")
 
 
+NBVAL_TAGS = {"nbval-ignore-output", "nbval-skip"}     # a cell nbval does not compare, by its tags
+
+
+def not_compared(cell: dict) -> bool:
+    return bool(NBVAL_TAGS & set(cell.get("metadata", {}).get("tags", [])))
+
+
 def compared_text(cell: dict) -> str:
     """The text nbval compares for a code cell: its streams and text/plain results, unless the cell is ignored."""
-    src = "".join(cell["source"])
-    if cell["cell_type"] != "code" or "NBVAL_IGNORE_OUTPUT" in src or "NBVAL_SKIP" in src:
+    if cell["cell_type"] != "code" or not_compared(cell):
         return ""
     return "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
                    for o in cell.get("outputs", []))
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_nbval_markers_are_tags_out_of_the_students_sight(path):
+    """nbval reads ``nbval-ignore-output`` / ``nbval-skip`` from a cell's tags, which JupyterLab keeps out of the
+    code a student reads; no code cell carries the ``# NBVAL_...`` comment form."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    commented = [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code" and "NBVAL_" in "".join(c["source"])]
+    assert commented == [], f"{path.name}: cells {commented} carry an NBVAL_ comment; tag them instead"
+    assert any(not_compared(c) for c in nb["cells"]), f"{path.name}: no cell is tagged"
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
@@ -63,7 +79,7 @@ def test_no_compared_output_prints_a_rounding_level_value(path):
     nb = json.loads(path.read_text(encoding="utf-8"))
     found = [f"cell {i}: {m.group(0)!r} in {compared_text(c).strip()[:120]!r}" for i, c in enumerate(nb["cells"])
              for m in [ROUNDING_LEVEL.search(compared_text(c))] if m]
-    assert not found, "print a bound (ops.below(err, 1e-12)) or mark the cell # NBVAL_IGNORE_OUTPUT:\n" + \
+    assert not found, "print a bound (ops.below(err, 1e-12)) or tag the cell nbval-ignore-output:\n" + \
         "\n".join(found)
 
 
@@ -276,13 +292,14 @@ def test_a_lesson_builds_its_block_by_hand_and_checks_it_against_seqlabs(prefix)
     """A module of the learner's own (``class My...(nn.Module)``) takes the seqlab block's weights with a strict
     ``load_state_dict``, its float32 output is asserted within 1e-6 of the block's, and a later cell trains it and
     asserts that the loss fell (nbval runs both; this test holds them in the lesson)."""
-    sources = ["".join(c["source"]) for c in _cells(prefix) if c["cell_type"] == "code"]
+    code = [c for c in _cells(prefix) if c["cell_type"] == "code"]
+    sources = ["".join(c["source"]) for c in code]
     name = HAND_BUILT[prefix]
     check = [i for i, s in enumerate(sources) if re.search(r"class My\w+\(nn\.Module\)", s)
              and f"layers.{name}(" in s and ".load_state_dict(" in s and "assert err < 1e-6" in s]
     assert len(check) == 1, f"lesson {prefix}: one cell building {name} by hand, found {len(check)}"
     train = sources[check[0] + 1]
-    assert "NBVAL_IGNORE_OUTPUT" in train and "optimiser.step()" in train and "assert final < 0.5 * losses[0]" in train, train[:300]
+    assert not_compared(code[check[0] + 1]) and "optimiser.step()" in train and "assert final < 0.5 * losses[0]" in train, train[:300]
 
 
 @pytest.mark.parametrize("prefix", ["04", "05"])
