@@ -160,14 +160,17 @@ def ensure_environment() -> Path:
 
 
 def lock(args: list[str]) -> int:
-    """Refresh ``requirements.lock`` from pyproject.toml (its dependencies and every extra: ``lab``, ``dev``, whose
-    torch pin is TORCH_PIN) with uv's universal resolver: one file for Linux, macOS and Windows, each platform's
-    packages under their markers, exact versions and hashes, for Python 3.11. torch and its CUDA libraries stay out
-    (left_out_of_the_lock); Triton lands at the version torch 2.13's CUDA build requires. Re-execute the lessons
-    after a refresh. Extra arguments go to ``uv pip compile`` (``--upgrade-package plotly``)."""
+    """Refresh ``requirements.lock`` from pyproject.toml (its dependencies and every extra: ``lab``, ``dev``) with
+    uv's universal resolver, torch held at TORCH_PIN by a constraint (pyproject.toml only gives its range): one file
+    for Linux, macOS and Windows, each platform's packages under their markers, exact versions and hashes, for
+    Python 3.11. torch and its CUDA libraries stay out (left_out_of_the_lock); Triton lands at the version the
+    pinned torch's CUDA build requires. Re-execute the lessons after a refresh. Extra arguments go to
+    ``uv pip compile`` (``--upgrade-package plotly``)."""
     py = ensure_environment()
-    compile_ = [str(py), "-m", "uv", "pip", "compile", "pyproject.toml", "--all-extras", "--universal",
-                "--python-version", "3.11", "--quiet", *args]
+    constraint = VENV / "torch-pin.txt"
+    constraint.write_text(TORCH_PIN + "\n")
+    compile_ = [str(py), "-m", "uv", "pip", "compile", "pyproject.toml", "--all-extras", "--constraint",
+                str(constraint), "--universal", "--python-version", "3.11", "--quiet", *args]
     resolved = subprocess.run([*compile_, "--no-header", "--no-annotate"], cwd=ROOT, check=True,
                               capture_output=True, text=True).stdout
     names = {line.split("==")[0] for line in resolved.splitlines() if "==" in line and not line.startswith(" ")}

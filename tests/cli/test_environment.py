@@ -138,8 +138,9 @@ def test_the_readme_installs_seqlab_without_dependencies_after_the_lock():
     assert "python3 workbench.py lock" in readme
 
 
-def test_torch_is_pinned_everywhere():
-    assert "torch==2.13.0" in _pyproject_requirements()
+def test_torch_is_pinned_where_the_set_up_installs_it():
+    """The set-up's pin; pyproject.toml gives a range (tests/cli/test_install_range.py)."""
+    assert not any(r.startswith("torch==") for r in _pyproject_requirements())
     workbench = (ROOT / "workbench.py").read_text()
     assert 'TORCH_PIN = "torch==2.13.0"' in workbench
 

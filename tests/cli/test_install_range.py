@@ -70,8 +70,8 @@ def test_an_environment_with_an_older_torch_keeps_it(torch, extras, tmp_path):
 
 
 def test_pyproject_declares_ranges_and_keeps_the_pin_for_the_lock():
-    """torch is a range in the dependencies; the exact pin is workbench.py's TORCH_PIN, which the dev extra (the
-    project's own test environment, which the lock resolves) repeats; JupyterLab and the widgets are the lab
+    """torch is a range in the dependencies and pinned nowhere in pyproject.toml (the exact pin is workbench.py's
+    TORCH_PIN, which the lock command passes to uv as a constraint); JupyterLab and the widgets are the lab
     extra's, not every install's."""
     project = _project()
     core = {utils.canonicalize_name(requirements.Requirement(r).name): requirements.Requirement(r)
@@ -82,7 +82,10 @@ def test_pyproject_declares_ranges_and_keeps_the_pin_for_the_lock():
     assert not {"jupyterlab", "ipywidgets", "anywidget"} & set(core)
     lab = {utils.canonicalize_name(requirements.Requirement(r).name) for r in project["optional-dependencies"]["lab"]}
     assert {"jupyterlab", "ipywidgets", "anywidget"} <= lab
-    assert _workbench().TORCH_PIN in [r.replace(" ", "") for r in project["optional-dependencies"]["dev"]]
+    every = list(project["dependencies"]) + [r for extra in project["optional-dependencies"].values() for r in extra]
+    pinned = [r for r in every if utils.canonicalize_name(requirements.Requirement(r).name) == "torch"
+              and "==" in str(requirements.Requirement(r).specifier)]
+    assert pinned == [], pinned
 
 
 def test_the_lock_satisfies_every_range_in_pyproject():
@@ -125,3 +128,6 @@ def test_the_lock_command_resolves_every_extra(monkeypatch, tmp_path):
     for cmd in calls:
         assert "--all-extras" in cmd or extras <= {cmd[i + 1] for i, a in enumerate(cmd) if a == "--extra"}, cmd
     assert "--no-emit-package=torch" in calls[-1]
+    for cmd in calls:                      # torch resolved at the pin the set-up installs
+        held = cmd[cmd.index("--constraint") + 1]
+        assert open(held).read().split() == [wb.TORCH_PIN], cmd
