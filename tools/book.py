@@ -12,17 +12,24 @@ Two output kinds MyST-NB cannot draw offline are rewritten first, by :class:`Sta
 - a plotly figure (``application/vnd.plotly.v1+json``) becomes plotly's own HTML (a ``div`` and a
   ``Plotly.newPlot`` call, ``plotly.io.to_html``): drawn and interactive;
 - a widget (``application/vnd.jupyter.widget-view+json``) becomes a still of its saved state: the
-  figure it showed by default, a slider at its value, a progress bar where it ended. Moving it needs
-  the lesson open in JupyterLab.
+  figure it showed by default, a slider at its value (a selection slider with its options labelled, a log
+  slider at ``log_base(value)`` between its exponents: :func:`slider_still`), a progress bar where it
+  ended. Moving it needs the lesson open in JupyterLab.
+
+A figure's title is set below plotly's toolbar (:func:`clear_of_the_toolbar`). The search page shows an excerpt
+around each hit from the pages' text shipped beside it (:func:`search_excerpts`: a browser refuses Sphinx's
+fetch of a page on disk).
 """
 from __future__ import annotations
 
 import argparse
 import html
+import re
 import shutil
 import sys
 import tempfile
 import warnings
+from html.parser import HTMLParser
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,6 +76,33 @@ REFERENCES = [
 ]
 
 
+TOOLBAR_PX = 36    # plotly's toolbar (zoom, pan, download...) spans the top 2-28 px of a figure, at its right
+
+
+def clear_of_the_toolbar(spec: dict) -> dict:
+    """``spec`` with its title set below plotly's toolbar: the title's top ``TOOLBAR_PX`` below the figure's top
+    (a long title reaches under the toolbar otherwise), and the top margin grown to hold the title's lines and
+    any subplot titles above the plot."""
+    import copy
+
+    spec = copy.deepcopy(spec)
+    layout = spec.setdefault("layout", {})
+    title = layout.get("title")
+    if isinstance(title, str):
+        title = layout["title"] = {"text": title}
+    if not isinstance(title, dict) or not title.get("text"):
+        return spec
+    lines = str(title["text"]).count("<br") + 1
+    size = (title.get("font") or {}).get("size") or 17
+    title.update(yref="container", y=1, yanchor="top", pad={**(title.get("pad") or {}), "t": TOOLBAR_PX})
+    above = any(a.get("yref") == "paper" and (a.get("y") or 0) >= 1 for a in layout.get("annotations", []))
+    margin = layout.setdefault("margin", {})
+    need = TOOLBAR_PX + int(lines * size * 1.3) + (24 if above else 8)
+    default = ((layout.get("template") or {}).get("layout", {}).get("margin") or {}).get("t") or 100
+    margin["t"] = max(margin.get("t") or default, need)
+    return spec
+
+
 class StaticOutputs:
     """Rewrites one notebook's plotly and widget outputs as self-contained HTML (see the module docstring)."""
 
@@ -98,7 +132,8 @@ class StaticOutputs:
         self.figures += 1
         # the first figure of a page loads plotly.js from the site's _static folder, the others reuse it
         first = self.figures == 1
-        return pio.to_html(spec, full_html=False, include_plotlyjs="_static/plotly.min.js" if first else False,
+        return pio.to_html(clear_of_the_toolbar(spec), full_html=False,
+                           include_plotlyjs="_static/plotly.min.js" if first else False,
                            div_id=f"figure-{self.figures}", config={"responsive": True})
 
     def outputs_html(self, outputs: list) -> str:
@@ -137,9 +172,7 @@ class StaticOutputs:
         if name.endswith("ProgressModel"):
             return f'<progress value="{s.get("value", 0)}" max="{s.get("max", 100)}"></progress>'
         if name.endswith("SliderModel") and not name.endswith("RangeSliderModel"):
-            return (f'<label class="seqlab-widget">{label} <input type="range" disabled min="{s.get("min", 0)}" '
-                    f'max="{s.get("max", 100)}" step="{s.get("step", 1)}" value="{s.get("value", 0)}"> '
-                    f'{html.escape(str(s.get("value", "")))}</label>')
+            return _slider_html(label, *slider_still(name, s))
         if name in ("DropdownModel", "SelectModel", "RadioButtonsModel", "ToggleButtonsModel"):
             labels = s.get("_options_labels", [])
             index = s.get("index")
@@ -150,6 +183,57 @@ class StaticOutputs:
         if "value" in s and not isinstance(s["value"], (list, dict)):
             return f'<label class="seqlab-widget">{label} <b>{html.escape(str(s["value"]))}</b></label>'
         return ""
+
+
+def slider_still(name: str, s: dict) -> tuple[float, str, list[tuple[float, str]]]:
+    """A slider's handle position on its track (0 at the left end, 1 at the right), its readout and its tick
+    labels (position, label), from its saved state ``s`` as ipywidgets draws them: a selection slider's handle
+    at ``index / (n - 1)`` of its ``n`` options, labelled; a log slider's at ``log_base(value)`` between its
+    exponents ``min`` and ``max``; any other at ``value`` between ``min`` and ``max``."""
+    import math
+
+    if name == "SelectionSliderModel":
+        labels = [str(x) for x in s.get("_options_labels", [])]
+        index = s.get("index") or 0
+        n = len(labels)
+        position = index / (n - 1) if n > 1 else 0.0
+        readout = labels[index] if 0 <= index < n else ""
+        return position, readout, [(i / (n - 1) if n > 1 else 0.0, t) for i, t in enumerate(labels)]
+    low, high = float(s.get("min", 0)), float(s.get("max", 100))
+    value = s.get("value", low)
+    if name == "FloatLogSliderModel":
+        base = float(s.get("base", 10))
+        where = math.log(value, base) if value and value > 0 else low
+    else:
+        where = float(value)
+    position = min(max((where - low) / (high - low), 0.0), 1.0) if high > low else 0.0
+    spec = str(s.get("readout_format", "d" if name.startswith("Int") else ".2f")).lstrip("~")
+    try:
+        readout = format(int(value) if spec.endswith("d") else float(value), spec)
+    except (TypeError, ValueError):
+        readout = str(value)
+    return position, readout, []
+
+
+def _slider_html(label: str, position: float, readout: str, ticks: list[tuple[float, str]]) -> str:
+    """A disabled slider drawn in HTML: its description, a track filled up to the handle, the handle, the
+    readout, and the option labels under the track (a selection slider)."""
+    pct = f"{100 * position:.3f}%"
+    marks = "".join(f'<span class="seqlab-slider-tick" style="position:absolute;left:{100 * p:.3f}%;'
+                    f'transform:translateX(-50%);white-space:nowrap">{html.escape(t)}</span>' for p, t in ticks)
+    return (f'<div class="seqlab-widget seqlab-slider" role="slider" aria-disabled="true" aria-label="{label}" '
+            f'aria-valuetext="{html.escape(readout)}" data-position="{position:.6f}" '
+            'style="display:flex;align-items:center;gap:12px;margin:6px 0">'
+            f'<span class="seqlab-slider-label" style="min-width:9em;text-align:right">{label}</span>'
+            '<span class="seqlab-slider-track" style="position:relative;display:inline-block;width:18em;height:4px;'
+            f'background:#d0d0d0;border-radius:2px;margin:{"10px 0 22px" if ticks else "10px 0"}">'
+            f'<span style="position:absolute;left:0;top:0;height:4px;width:{pct};background:#2196f3;'
+            'border-radius:2px"></span>'
+            f'<span class="seqlab-slider-handle" style="position:absolute;left:{pct};top:50%;width:14px;height:14px;'
+            'margin:-7px 0 0 -7px;box-sizing:border-box;border-radius:50%;background:#fff;border:2px solid #2196f3">'
+            '</span>'
+            f'<span style="position:absolute;left:0;right:0;top:12px;font-size:0.75em;color:#555">{marks}</span>'
+            f'</span><b class="seqlab-slider-readout">{html.escape(readout)}</b></div>')
 
 
 def _text(value) -> str:
@@ -230,7 +314,10 @@ CONF = {
     "html_static_path": ["_static"],
     "html_copy_source": False,      # the staged copies are not the lessons: download those from the repository
     "html_show_sourcelink": False,
-    "html_show_search_summary": False,   # a summary is fetched from the page: refused on file:// (CORS)
+    # the search lists an excerpt around each hit; Sphinx fetches it from the page, which a browser refuses on
+    # file:// (CORS), so the site ships the pages' text for the search page (search_excerpts)
+    "html_show_search_summary": True,
+    "html_context": {"default_mode": "light"},   # the theme's colour mode (unset, the theme logs an error on load)
     "html_theme_options": {"home_page_in_toc": True, "show_navbar_depth": 1, "show_toc_level": 2,
                            "use_download_button": False, "use_fullscreen_button": False},
     "suppress_warnings": ["myst.header"],   # the lessons number their own sections (## 1., ### a.)
@@ -257,6 +344,91 @@ def _stage(notebooks: Path, src: Path) -> list[tuple[str, str]]:
     (src / "index.md").write_text(_index_page(lessons), encoding="utf-8")
     (src / "conf.py").write_text("".join(f"{k} = {v!r}\n" for k, v in CONF.items()), encoding="utf-8")
     return lessons
+
+
+class _MainText(HTMLParser):
+    """A built page's article (``<article>``, in ``[role=main]``) as light HTML: its text, and the sections and other
+    elements with an ``id`` (the anchors the search links to); no scripts, styles, header links or figures."""
+
+    SKIP = {"script", "style"}
+    VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.stack: list[tuple[str, bool, bool]] = []   # (tag, emitted, skipped)
+        self.depth_main = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag in self.VOID:
+            return
+        a = dict(attrs)
+        in_main = self.depth_main is not None
+        skip = (tag in self.SKIP or "headerlink" in (a.get("class") or "").split()
+                or bool(self.stack and self.stack[-1][2]))
+        emit = in_main and not skip and bool(a.get("id"))
+        if emit:
+            self.parts.append(f'<div id="{html.escape(a["id"])}">')
+        if not in_main and tag == "article":     # the page's text, without the theme's header
+            self.depth_main = len(self.stack)
+        self.stack.append((tag, emit, skip))
+
+    def handle_endtag(self, tag):
+        if tag in self.VOID or not any(t == tag for t, _, _ in self.stack):
+            return
+        while self.stack:
+            t, emit, _ = self.stack.pop()
+            if emit:
+                self.parts.append("</div>")
+            if self.depth_main is not None and len(self.stack) == self.depth_main:
+                self.depth_main = None
+            if t == tag:
+                break
+
+    def handle_data(self, data):
+        if self.depth_main is not None and not (self.stack and self.stack[-1][2]):
+            self.parts.append(html.escape(data))
+
+    def main(self, page: str) -> str:
+        self.feed(page)
+        return '<div role="main">' + re.sub(r"\s+", " ", "".join(self.parts)) + "</div>"
+
+
+SEARCH_SHIM = """
+// The search page's excerpts: Sphinx fetches each page found to cut an excerpt from it, which a browser refuses
+// for a page on disk (file://); this answers those requests from the pages' text shipped in this file.
+(function () {
+  var pages = window.SEQLAB_PAGE_TEXT || {};
+  var fetched = window.fetch ? window.fetch.bind(window) : null;
+  window.fetch = function (input, init) {
+    var url = typeof input === "string" ? input : input.url;
+    var name = decodeURIComponent(new URL(url, document.baseURI).pathname.split("/").pop());
+    if (Object.prototype.hasOwnProperty.call(pages, name))
+      return Promise.resolve(new Response(pages[name], {headers: {"Content-Type": "text/html"}}));
+    return fetched(input, init);
+  };
+})();
+"""
+
+
+def search_excerpts(out: Path) -> None:
+    """Ship the text of every page for the search page's excerpts (``SEARCH_SHIM``): ``_static/seqlab-search.js``
+    holds each page's main content as light HTML (:class:`_MainText`), and ``search.html`` loads it before
+    Sphinx's search."""
+    import json
+
+    texts = {page.name: _MainText().main(page.read_text(encoding="utf-8")) for page in sorted(out.glob("*.html"))
+             if page.name not in ("search.html", "genindex.html")}
+    (out / "_static" / "seqlab-search.js").write_text(
+        "window.SEQLAB_PAGE_TEXT = " + json.dumps(texts, ensure_ascii=False) + ";\n" + SEARCH_SHIM,
+        encoding="utf-8")
+    search = out / "search.html"
+    page = search.read_text(encoding="utf-8")
+    tag = re.search(r'<script[^>]*src="[^"]*searchtools\.js[^"]*"[^>]*></script>', page)
+    if tag is None:
+        raise BookWarnings("search.html loads no searchtools.js: the search excerpts cannot be added")
+    search.write_text(page[:tag.start()] + '<script src="_static/seqlab-search.js"></script>\n' + page[tag.start():],
+                      encoding="utf-8")
 
 
 def _clear(out: Path) -> None:
@@ -293,6 +465,7 @@ def build(out: Path = ROOT / "build" / "book", notebooks: Path = ROOT / "noteboo
             app.build()
     if said.getvalue().strip():
         raise BookWarnings("the book built with warnings:\n" + said.getvalue())
+    search_excerpts(out)
     return [out / "index.html", *(out / f"{name}.html" for name, _ in lessons)]
 
 

@@ -3,8 +3,10 @@ off in Debian's Chromium (the fixtures are in ``conftest.py``).
 
 Checked on the built site: every local link and asset of every page resolves to a file of the site; every page
 loads with no failed request and no request off the disk (MathJax 3's fonts included); every equation is
-typeset by the shipped MathJax 3 and every figure drawn by the shipped plotly.js; the sidebar lists every
-lesson on every page; the search page finds a word of lesson 05; long listings are folded."""
+typeset by the shipped MathJax 3 and every figure drawn by the shipped plotly.js, its title clear of plotly's
+toolbar; no page logs a console error; the sidebar lists every lesson on every page; every widget still shows
+the widget's default (slider handle position and value); the search page finds a word of lesson 05 and shows an
+excerpt around it; long listings are folded."""
 from __future__ import annotations
 
 import re
@@ -133,13 +135,16 @@ MATH_DONE_JS = "() => window.MathJax && MathJax.startup && MathJax.startup.promi
 def offline_page(browser, chromium_executable):
     """A page in a context with the network off; what it asks off the disk and what fails are recorded."""
     context = browser.new_context(offline=True, viewport={"width": 1400, "height": 1000})
-    asked, failed, fonts = [], [], []
+    asked, failed, fonts, errors = [], [], [], []
     context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file://")
                   else (asked.append(route.request.url), route.abort()))
     page = context.new_page()
     page.on("requestfailed", lambda r: failed.append(r.url))
     page.on("requestfinished", lambda r: fonts.append(r.url) if r.url.endswith(".woff") else None)
-    yield page, asked, failed, fonts
+    page.on("console", lambda m: errors.append(f"{page.url.rsplit('/', 1)[-1]}: {m.text}") if m.type == "error"
+            else None)
+    page.on("pageerror", lambda e: errors.append(f"{page.url.rsplit('/', 1)[-1]}: {e}"))
+    yield page, asked, failed, fonts, errors
     context.close()
 
 
@@ -174,7 +179,7 @@ def test_every_page_loads_offline_with_its_equations_and_figures_drawn(site, off
     load from the site); every equation typeset by MathJax 3 (no raw TeX, no MathJax error); every figure of
     the lesson drawn; the sidebar links every lesson."""
     out, pages = site
-    page, asked, failed, fonts = offline_page
+    page, asked, failed, fonts, errors = offline_page
     for path in pages:
         page.goto(path.as_uri())
         _typeset(page)
@@ -196,16 +201,113 @@ def test_every_page_loads_offline_with_its_equations_and_figures_drawn(site, off
         drawn = page.eval_on_selector_all(".js-plotly-plot", "els => els.filter(e => e.querySelector("
                                           "'.main-svg') && e.getBoundingClientRect().height > 50).length")
         assert drawn == want, f"{path.name}: {drawn} figures drawn, the lesson has {want}"
+        under = page.eval_on_selector_all(".js-plotly-plot", TITLE_UNDER_TOOLBAR_JS)
+        assert not under, f"{path.name}: plotly's toolbar covers the title of {under}"
+    assert not errors, f"console errors: {errors[:5]}"
     assert not asked, f"the book asked the network for {asked[:5]}"
     assert not failed, f"requests failed: {failed[:5]}"
     assert any("MathJax_Main-Regular" in f for f in fonts), f"MathJax's fonts were not loaded: {fonts[:5]}"
 
 
-def test_the_search_page_finds_a_word_of_lesson_05_offline(site, offline_page):
+def test_the_search_page_finds_a_word_of_lesson_05_offline_with_an_excerpt(site, offline_page):
+    """From disk, the search lists the pages that hold the word, each with an excerpt of its text around it."""
     out, _ = site
-    page, asked, failed, _ = offline_page
-    page.goto((out / "search.html").as_uri() + "?q=GateLoop")
-    page.wait_for_selector("#search-results li a", timeout=30_000)
-    found = page.eval_on_selector_all("#search-results li a", "els => els.map(e => e.getAttribute('href'))")
-    assert any(h.startswith("05_gateloop_surrogate_attention.html") for h in found), found
-    assert not asked and not failed, (asked, failed)
+    page, asked, failed, _, errors = offline_page
+    for word in ("GateLoop", "associative"):
+        page.goto((out / "search.html").as_uri() + f"?q={word}")
+        page.wait_for_selector("#search-results li a", timeout=30_000)
+        page.wait_for_function("() => /found|did not match/i.test("
+                               "(document.querySelector('#search-results .search-summary') || {}).innerText)",
+                               timeout=30_000)
+        page.wait_for_function("() => [...document.querySelectorAll('#search-results li')]"
+                               ".every(li => li.querySelector('p.context'))", timeout=30_000)
+        hits = page.eval_on_selector_all("#search-results li", "els => els.map(li => ["
+                                         "li.querySelector('a').getAttribute('href'), "
+                                         "li.querySelector('p.context').innerText])")
+        assert any(h.startswith("05_gateloop_surrogate_attention.html") for h, _ in hits), hits
+        for href, excerpt in hits:
+            # Sphinx cuts the excerpt around the word's stem ("associ" for "associative")
+            assert word.lower()[:6] in excerpt.lower() and len(excerpt) > 60, f"{word}: {href} excerpt {excerpt!r}"
+    assert not asked and not failed and not errors, (asked, failed, errors)
+
+
+# ----------------------------------------------------------------------------- widget stills and figure titles
+TITLE_UNDER_TOOLBAR_JS = """els => els.filter(f => {
+    const bar = f.querySelector('.modebar'), title = f.querySelector('.gtitle');
+    if (!bar || !title) return false;
+    const a = bar.getBoundingClientRect(), b = title.getBoundingClientRect();
+    return a.width > 0 && b.width > 0 && a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+}).map(f => (f.querySelector('.gtitle') || {}).textContent)"""
+
+STILLS_JS = """els => els.map(e => {
+    const track = e.querySelector('.seqlab-slider-track').getBoundingClientRect();
+    const handle = e.querySelector('.seqlab-slider-handle').getBoundingClientRect();
+    return {label: e.querySelector('.seqlab-slider-label').textContent,
+            at: (handle.left + handle.width / 2 - track.left) / track.width,
+            value: e.querySelector('.seqlab-slider-readout').textContent,
+            ticks: [...e.querySelectorAll('.seqlab-slider-tick')].map(t => t.textContent)};
+})"""
+
+
+def _sliders_shown(nb_path: Path) -> list[dict]:
+    """The sliders a lesson's committed outputs show, in page order, as the saved widget state defines them:
+    description, where the handle sits on the track (0 to 1), the value and the option labels."""
+    import math
+
+    nb = nbformat.read(nb_path, as_version=4)
+    state = nb.metadata.get("widgets", {}).get(seqlab_book.WIDGET_STATE, {}).get("state", {})
+    found = []
+
+    def widget(model_id: str) -> None:
+        model = state.get(model_id)
+        if model is None:
+            return
+        name, s = model["model_name"], model["state"]
+        for child in s.get("children", []):
+            widget(child.removeprefix("IPY_MODEL_"))
+        if name == "OutputModel":
+            for out in s.get("outputs", []):
+                output(out)
+        if name == "SelectionSliderModel":
+            labels = s["_options_labels"]
+            found.append({"label": s.get("description", ""), "at": s["index"] / (len(labels) - 1),
+                          "value": labels[s["index"]], "ticks": labels})
+        elif name == "FloatLogSliderModel":
+            exponent = math.log(s["value"]) / math.log(s["base"])
+            found.append({"label": s.get("description", ""), "at": (exponent - s["min"]) / (s["max"] - s["min"]),
+                          "value": s["value"], "ticks": []})
+        elif name.endswith("SliderModel") and "Range" not in name:
+            found.append({"label": s.get("description", ""), "ticks": [], "value": s["value"],
+                          "at": (s["value"] - s["min"]) / (s["max"] - s["min"])})
+
+    def output(out) -> None:
+        if seqlab_book.WIDGET in out.get("data", {}):
+            widget(out["data"][seqlab_book.WIDGET]["model_id"])
+
+    for cell in nb.cells:
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            output(out)
+    return found
+
+
+def test_every_widget_still_shows_the_widgets_default(site, offline_page):
+    """Each slider still in the book sits where the widget's default puts it and reads its value: a selection
+    slider's handle at index / (n - 1) with its options labelled, a log slider's at log_base(value) between its
+    exponents, any other at value between min and max (lessons 04, 06 and 08 hold them)."""
+    out, _ = site
+    page, *_ = offline_page
+    seen = 0
+    for lesson in LESSONS:
+        want = _sliders_shown(lesson)
+        page.goto((out / f"{lesson.stem}.html").as_uri())
+        drawn = page.eval_on_selector_all(".seqlab-slider", STILLS_JS)
+        assert len(drawn) == len(want), f"{lesson.name}: {len(drawn)} slider stills, the lesson shows {len(want)}"
+        for got, w in zip(drawn, want):
+            assert got["label"] == w["label"], (lesson.name, got, w)
+            assert got["at"] == pytest.approx(w["at"], abs=0.01), f"{lesson.name}: {w['label']} at {got['at']}"
+            if w["ticks"]:
+                assert got["value"] == w["value"] and got["ticks"] == w["ticks"], (lesson.name, got, w)
+            else:
+                assert float(got["value"]) == pytest.approx(w["value"], rel=0.01), (lesson.name, got, w)
+        seen += len(want)
+    assert seen >= 7, f"only {seen} slider stills in the book"    # 04's four, 06's two, 08's three
