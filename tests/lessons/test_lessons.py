@@ -232,6 +232,25 @@ RETRACTED = {
     "constant-size memory wins on speed of learning": "learning speed at a small budget is not capacity (lesson 07, §8)",
     "yet it learns neither recall task": "the Transformer solves both recall tasks at 3000 steps (lesson 08, §5g)",
     "One family learns the lookup at this budget": "three do: the two caches and LightNet (lesson 08, §5d)",
+    # issue #52's corrections
+    "falls to $-\\sigma (C-1)$": "g_0 = log a_0 counts one step: -g_(C-1) = sigma C, the overflow edge (lesson 06, §3)",
+    "one number, $\\sigma (C - 1)$": "as above",
+    "as good until $\\sigma(C-1)$": "as above",
+    "overflows once $\\sigma(C-1) > 88.7$": "as above",
+    "(fewer states). PyTorch": "the chunked form also writes and reads A, 2bLC: bytes least at C = 64 (lesson 06, §6)",
+    "A matrix state is compute-bound": "near the ridge: compute-bound on an A100, memory-bound on an H100 (lesson 06, §6)",
+    "$\\approx 4 L d_k d_v$": "the decay's multiply makes it 5 L d_k d_v, counted (lesson 06, §6)",
+    "short enough to stay in range": "GLA refers both factors to the sub-chunk boundary: exponents <= 0 (lesson 06, §5)",
+    "off-diagonal blocks (part 3)": "SSD's off-diagonal blocks are its steps 2-4 together (lesson 06, §9)",
+    "lesson 02's $c_{ts} = g_s/g_t$ in logs": "lesson 06's g is a log, lesson 00's a score: conversion stated (lesson 06)",
+    "ran 2.5 times slower": "1.9x forward, 2.5x forward and backward (lesson 06, §6, §8, §10)",
+    "put parts 1 and 3 on the tensor cores": "part 2's A v is a tl.dot at the same precision (lesson 06, §8)",
+    "the time falls towards the bytes": "measured: about 10x the roofline, tensor cores save < 10% (lesson 06, §10)",
+    "the way the Linear Transformer does": "(n-1)/d holds for unit keys on the sphere; elu+1 features are not (lesson 08, §7a)",
+    "hence writing a key *again* replaces its value": "for beta = 1 only (lesson 08, §7b)",
+    "as lesson 06 did for GateLoop": "DeltaNet's chunked form is the WY representation (lesson 08, §7d)",
+    "Paper 002's layer is now derived piece by piece": "the gamma normalisation is the LRU's (lesson 02)",
+    "normalised per query and do not factor": "e^(q.k) has no finite feature map (lesson 00, §3)",
 }
 
 
