@@ -3,6 +3,7 @@
 
     python workbench.py lab     # JupyterLab on my_notebooks/, your copy of notebooks/  (the main job)
     python workbench.py lab --reset 02   # put lesson 02 back as committed
+    python workbench.py lab --help       # lab's own options, then JupyterLab's (the others pass to it)
     python workbench.py test    # every test, the lessons included (what CI runs)
     python workbench.py test --quick   # the fast tier: minutes, not the slow tests or the lessons under nbval
     python workbench.py execute notebooks/02_linear_recurrence.ipynb   # re-run a lesson, save its outputs
@@ -283,40 +284,139 @@ def sync_working_copy(reset: list[str] = (), written: list[Path] | None = None) 
 
 
 def _split_reset(args: list[str]) -> tuple[list[str], list[str]]:
-    """``--reset NN`` (repeatable) out of the arguments for JupyterLab."""
-    reset, rest, it = [], [], iter(args)
-    for a in it:
-        if a == "--reset":
-            value = next(it, None)
-            if value is None:
+    """``--reset NN [NN ...]`` (repeatable) out of the arguments for JupyterLab."""
+    reset, rest, i = [], [], 0
+    while i < len(args):
+        if args[i] == "--reset":
+            values = []
+            while i + 1 < len(args) and not args[i + 1].startswith("-"):
+                values.append(args[i + 1])
+                i += 1
+            if not values:
                 raise SystemExit("--reset needs a lesson: python3 workbench.py lab --reset 02")
-            reset.append(value)
+            reset += values
         else:
-            rest.append(a)
+            rest.append(args[i])
+        i += 1
     return reset, rest
+
+
+LAB_HELP = """usage: python3 workbench.py lab [--reset NN [NN ...]] [JupyterLab's options]
+
+JupyterLab on my_notebooks/, your copy of the lessons in notebooks/ (edits, outputs and autosaves land in the
+copy; notebooks/ stays as committed). The first launch copies every lesson; later launches keep your copies
+and bring in lessons you never edited when they change.
+
+workbench.py's own option:
+  --reset NN [NN ...]   put lessons back as committed (a number such as 02, or a file name), then exit
+
+Every other option passes to JupyterLab, e.g.
+  --port 8899           serve on this port (default: 8888, or the next free one)
+  --no-browser          open no browser (open the address lab prints yourself)
+  --ip 0.0.0.0          listen on every network interface (a remote machine)
+
+Stop JupyterLab with Ctrl-C in this terminal.
+"""
+# JupyterLab's logs at warnings and above (no start-up chatter: lab() says what to open); the kernel websocket's
+# keep-alive ping off: jupyter_server gives tornado its ping timeout in milliseconds (90000, 3x the interval) where
+# tornado wants it no longer than the interval and warns on every start; a server on this machine needs no
+# keep-alive (a remote one behind a proxy can pass --ServerApp.tornado_settings itself); the kernel's messages
+# encrypted (CurveZMQ keys from the server, where the kernel spec says it takes them), which also spares the
+# kernel's warning that it runs over TCP without encryption
+LAB_QUIET_ARGS = ["--ServerApp.log_level=WARN", "--LabApp.log_level=WARN",
+                  '--ServerApp.tornado_settings={"ws_ping_interval": 0}', "--KernelManager.transport_encryption=auto"]
+
+
+def _lab_option(args: list[str], names: tuple[str, ...]) -> str | None:
+    """The value of ``--name=value`` or ``--name value`` among ``args`` (the last one given), else None."""
+    found, it = None, iter(args)
+    for a in it:
+        key, eq, value = a.partition("=")
+        if key in names:
+            found = value if eq else next(it, None)
+    return found
+
+
+def _free_port(start: int = 8888, tries: int = 50) -> int:
+    import socket
+
+    for port in range(start, start + tries):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return start
+
+
+def _lessons_said(written: list[Path], notes: list[str]) -> list[str]:
+    """What ``lab`` tells the learner about ``my_notebooks/``: copied or kept, then any note of the sync."""
+    total = len(list((ROOT / "notebooks").glob("*.ipynb")))
+    copied, kept = len(written), total - len(written)
+    where = WORKING.name + "/"
+    if copied and not kept:
+        lines = [f"lessons: copied the {total} lessons into {where}, your copy to edit and run "
+                 "(notebooks/ stays as committed)"]
+    elif copied:
+        lines = [f"lessons: kept your {kept} lessons in {where}; copied {copied} "
+                 f"({', '.join(p.name for p in written)})"]
+    else:
+        lines = [f"lessons: kept your {total} lessons in {where} as you left them"]
+    return lines + [f"lessons: {n}" for n in notes]
 
 
 def lab(args: list[str]) -> int:
     """JupyterLab on ``my_notebooks/``, the learner's git-ignored copy of the lessons (``notebooks/`` stays
-    as committed: autosave, outputs and edits land in the copy). ``--reset NN`` restores one lesson."""
+    as committed: autosave, outputs and edits land in the copy). ``--reset NN`` restores lessons; ``--help``
+    prints ``LAB_HELP`` and then JupyterLab's own options. It says in a few lines what it copied or kept, the
+    address to open and how to stop; JupyterLab itself logs warnings and errors only."""
+    if any(a in ("-h", "--help", "--help-all") for a in args):
+        print(LAB_HELP, flush=True)
+        py = ensure_environment()
+        print("JupyterLab's own options follow (python3 workbench.py lab passes them on):\n", flush=True)
+        return subprocess.call([str(py), "-m", "jupyter", "lab", "--help"], cwd=ROOT)
     reset, args = _split_reset(args)
     py = ensure_environment()
     write_lab_overrides(py)
     written: list[Path] = []
-    for note in sync_working_copy(reset, written):
-        print(f"lessons: {note}", flush=True)
+    notes = sync_working_copy(reset, written)
     if written:   # the project's own lessons: trusted, so JupyterLab renders their saved widgets and outputs
         subprocess.run([str(py), "-m", "jupyter", "trust", *map(str, written)], cwd=ROOT, check=False,
-                       stdout=subprocess.DEVNULL)
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if reset:
+        for note in notes:
+            print(f"lessons: {note}", flush=True)
         return 0
+    for line in _lessons_said(written, notes):
+        print(line, flush=True)
+    port = _lab_option(args, ("--port", "--ServerApp.port"))
+    extra = []
+    if port is None:
+        port = str(_free_port())
+        extra.append(f"--port={port}")
+    extra.append("--ServerApp.port_retries=0")   # the address printed below is the one it serves, or it says why
+    env = dict(os.environ)
+    token = _lab_option(args, ("--IdentityProvider.token", "--ServerApp.token", "--token"))
+    if token is None:
+        import secrets
+
+        token = env.get("JUPYTER_TOKEN") or secrets.token_hex(24)
+        env["JUPYTER_TOKEN"] = token     # in the environment, not on the command line
+    host = _lab_option(args, ("--ip", "--ServerApp.ip"))
+    host = "localhost" if host in (None, "", "0.0.0.0", "*", "::") else host
     # -y: one Ctrl-C shuts JupyterLab down (no "Shutdown this Jupyter server (y/[n])?" prompt)
-    cmd = [py, "-m", "jupyter", "lab", "-y", f"--notebook-dir={WORKING}", *LAB_ARGS, *args]
+    cmd = [py, "-m", "jupyter", "lab", "-y", f"--notebook-dir={WORKING}", *LAB_ARGS, *LAB_QUIET_ARGS, *extra,
+           *args]
     if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in args:
         cmd.append("--allow-root")  # containers often run as root; JupyterLab refuses without it
-    print("+", " ".join(map(str, cmd)), flush=True)
+    url = f"http://{host}:{port}/lab" + (f"?token={token}" if token else "")
+    opens = "" if "--no-browser" in args else " (a browser tab opens on it)"
+    print(f"JupyterLab on {WORKING.name}/: open {url}{opens}\n"
+          "Stop it with Ctrl-C here (save your notebooks first: Ctrl-S in JupyterLab). "
+          "Options: python3 workbench.py lab --help", flush=True)
     try:
-        return subprocess.call([str(c) for c in cmd], cwd=ROOT)
+        return subprocess.call([str(c) for c in cmd], cwd=ROOT, env=env)
     except KeyboardInterrupt:      # Ctrl-C: JupyterLab got it too and shuts down; no traceback here
         return 130
 

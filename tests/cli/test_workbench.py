@@ -54,6 +54,8 @@ def test_reset_of_an_unknown_lesson_says_so(wb):
     with pytest.raises(SystemExit, match="--reset needs a lesson"):
         wb._split_reset(["--reset"])
     assert wb._split_reset(["--port", "8899", "--reset", "02"]) == (["02"], ["--port", "8899"])
+    assert wb._split_reset(["--reset", "02", "05_gateloop.ipynb", "--no-browser", "--reset", "07"]) == \
+        (["02", "05_gateloop.ipynb", "07"], ["--no-browser"])
 
 
 def _old_lessons_then_the_renumbering(wb, tmp_path, mine: dict[str, str] | None = None):
@@ -257,3 +259,61 @@ def test_lab_runs_jupyterlab_with_the_save_hook_and_the_widget_restore_extension
     assert LAB_SAVE_HOOK in wb.LAB_ARGS and wb.LAB_ARGS == LAB_ARGS
     package = json.loads((LAB_EXTENSIONS / "seqlab-widget-restore" / "package.json").read_text())
     assert (LAB_EXTENSIONS / "seqlab-widget-restore" / package["jupyterlab"]["_build"]["load"]).is_file()
+
+
+def test_lab_help_lists_its_own_options_first(wb, monkeypatch, capsys):
+    """``lab --help``: workbench.py's ``--reset`` and that the other options pass to JupyterLab, then
+    JupyterLab's own help."""
+    calls = []
+    monkeypatch.setattr(wb, "ensure_environment", lambda *_, **__: Path("python-of-the-venv"))
+    monkeypatch.setattr(wb.subprocess, "call", lambda cmd, **kw: calls.append(cmd) or 0)
+    monkeypatch.setattr(wb, "sync_working_copy", lambda *a, **k: pytest.fail("--help must not copy lessons"))
+    assert wb.lab(["--help"]) == 0
+    said = capsys.readouterr().out
+    assert said.index("--reset") < said.index("JupyterLab's own options")
+    assert "--port" in said and "pass" in said and "Ctrl-C" in said
+    assert calls == [["python-of-the-venv", "-m", "jupyter", "lab", "--help"]]
+
+
+def _run_lab(wb, monkeypatch, args):
+    started = []
+    monkeypatch.setattr(wb, "ensure_environment", lambda *_, **__: Path("python-of-the-venv"))
+    monkeypatch.setattr(wb, "write_lab_overrides", lambda py: None)
+    monkeypatch.setattr(wb.subprocess, "run", lambda cmd, **kw: None)      # jupyter trust
+    monkeypatch.setattr(wb.subprocess, "call", lambda cmd, **kw: started.append((cmd, kw["env"])) or 0)
+    assert wb.lab(args) == 0
+    return started
+
+
+def test_lab_says_what_it_copied_the_address_and_how_to_stop(wb, monkeypatch, capsys):
+    """A first launch says it copied the lessons into my_notebooks/, the address (with the token the server gets)
+    and how to stop, in a few lines and no command line; a second launch says it kept them."""
+    started = _run_lab(wb, monkeypatch, ["--no-browser", "--port", "8899"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) <= 4, lines
+    text = "\n".join(lines)
+    assert "copied the 2 lessons into my_notebooks/" in text
+    (cmd, env), = started
+    assert f"http://localhost:8899/lab?token={env['JUPYTER_TOKEN']}" in text
+    assert "Ctrl-C" in text and "jupyter" not in text.lower().replace("jupyterlab", "")
+    assert "--port" in cmd and "8899" in cmd and "--ServerApp.port_retries=0" in cmd
+    assert all(a in cmd for a in wb.LAB_ARGS + wb.LAB_QUIET_ARGS)
+    assert not any(a.startswith("--IdentityProvider.token") for a in cmd)      # the token is not on the command line
+
+    started = _run_lab(wb, monkeypatch, ["--no-browser"])
+    text = capsys.readouterr().out
+    assert "kept your 2 lessons in my_notebooks/" in text and "copied" not in text
+    (cmd, env), = started
+    port = next(a.split("=", 1)[1] for a in cmd if a.startswith("--port="))
+    assert f"http://localhost:{port}/lab?token=" in text
+
+
+def test_lab_passes_jupyterlab_settings_that_leave_no_warning_a_student_cannot_act_on(wb):
+    """JupyterLab logs warnings and errors only; the kernel websocket's keep-alive is off (jupyter_server hands
+    tornado a ping timeout three times the interval, and tornado warns); the kernel's messages are encrypted
+    (else ipykernel warns it runs over TCP without encryption)."""
+    quiet = wb.LAB_QUIET_ARGS
+    assert "--ServerApp.log_level=WARN" in quiet and "--LabApp.log_level=WARN" in quiet
+    settings = next(a for a in quiet if a.startswith("--ServerApp.tornado_settings="))
+    assert json.loads(settings.split("=", 1)[1]) == {"ws_ping_interval": 0}
+    assert "--KernelManager.transport_encryption=auto" in quiet
