@@ -281,6 +281,29 @@ def test_gateloop_says_which_side_its_transition_acts_on():
     assert "value side" in doc and "key side" in doc
 
 
+
+def test_lesson_08_derives_deltanets_chunkwise_form_and_checks_it_against_the_loop():
+    """Issue #52, item 3: right after §7b's delta rule, lesson 08 writes Yang et al.'s chunkwise (WY/UT) form with a
+    triangular solve, checks one chunk's WY product and the whole output against the loop in float64 (asserted,
+    printed as bounds, compared by nbval), and times the two forms only in a cell nbval does not compare."""
+    cells = json.loads((REPO / "notebooks" / "08_arena.ipynb").read_text(encoding="utf-8"))["cells"]
+    source = ["".join(c["source"]) for c in cells]
+    at = [i for i, s in enumerate(source) if "def chunked_delta_rule(" in s]
+    assert len(at) == 1
+    i = at[0]
+    heading = max(j for j in range(i) if source[j].startswith("#"))
+    assert "chunk by chunk" in source[heading] and "UT transform" in source[heading]
+    assert source.index(next(s for s in source if s.startswith("### 7b"))) < heading < \
+        source.index(next(s for s in source if s.startswith("### 7c")))
+    code, out = source[i], compared_text(cells[i])
+    assert "torch.linalg.solve_triangular" in code and "def recurrent_delta_rule(" in code and "float64" in code
+    assert "assert wy_error < 1e-10 and h_error < 1e-10" in code and "assert error < 1e-10" in code
+    assert "|I - W^T K - A_1 ... A_C| below 1e-10" in out and out.count("against the loop, below 1e-10") == 4
+    assert "L = 100, C =  16" in out                                        # a length not a multiple of C
+    timed = [c for c, s in zip(cells, source) if "chunked_delta_rule(q, k, v, beta, C_TIME)" in s]
+    assert len(timed) == 1 and not_compared(timed[0]) and "assert" not in "".join(timed[0]["source"])
+
+
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
 def test_every_widget_a_lesson_shows_has_its_saved_model(path):
     """A widget output refers to a model by id; the model must be in the lesson's saved widget state, or JupyterLab
