@@ -48,8 +48,7 @@ def test_each_linear_family_spans_eight_times_its_state_at_one_budget(profile):
     if profile != "quick":
         assert len(cfg["pairs"]) >= 3 and {"short-conv", "feature-map"} <= groups
         assert cfg["mqar"]["vocab_size"] // 2 - 1 >= 256                    # key tokens beyond any key channels
-        assert cfg["train_size"] >= 25 * 4000 and cfg["train_size"] >= cfg["steps"] * cfg["batch_size"] or \
-            profile == "full"
+        assert cfg["train_size"] >= 25 * 4000
         assert cfg["mqar"]["filler"] == "zoology" and cfg["seeds"] == 3 and len(cfg["lrs"]) >= 3
 
 
