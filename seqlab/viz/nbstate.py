@@ -86,7 +86,10 @@ def keep_saved_widgets(model: dict, path: str, contents_manager, **kwargs) -> No
         return
     disk = _last_saved(os_path)
     if _comparable(model["content"]) == _comparable(disk):
-        model["content"] = disk                    # nothing of the learner's changed: the file, byte for byte
+        # nothing of the learner's changed: the file, byte for byte, its cells marked trusted as the file's
+        # signature says (unmarked cells make the server warn that the notebook is not trusted)
+        contents_manager.notary.mark_cells(disk, contents_manager.notary.check_signature(disk))
+        model["content"] = disk
         return
     saved = disk.metadata.get("widgets", {}).get(STATE_KEY, {}).get("state", {})
     widgets = model["content"].setdefault("metadata", {}).setdefault("widgets", {})

@@ -155,6 +155,24 @@ def test_an_untouched_lesson_saved_from_jupyterlab_stays_byte_identical(path, tm
         assert not json.loads((tmp_path / "nb" / path.name).read_text())["metadata"]["widgets"][WIDGET_STATE]["state"]
 
 
+def test_a_trusted_lesson_saved_untouched_is_not_called_untrusted(tmp_path, monkeypatch):
+    """``lab`` trusts the lessons it copies; the hook puts the file's own copy in place of what was sent, and that
+    copy keeps its cells marked trusted, so the server does not warn 'Notebook ... is not trusted' on every save."""
+    import nbformat
+
+    path = LESSONS[0]
+    (tmp_path / "nb").mkdir()
+    shutil.copy(path, tmp_path / "nb" / path.name)
+    manager = _contents_manager(tmp_path, monkeypatch, hook=True)
+    manager.notary.sign(nbformat.read(str(tmp_path / "nb" / path.name), as_version=4))
+    said = []
+    monkeypatch.setattr(manager.log, "warning", lambda msg, *args, **kw: said.append(str(msg) % args))
+    sent = _as_jupyterlab_saves(json.loads(path.read_text(encoding="utf-8")))
+    manager.save({"type": "notebook", "content": sent}, path.name)
+    assert (tmp_path / "nb" / path.name).read_bytes() == path.read_bytes()
+    assert not [w for w in said if "not trusted" in w], said
+
+
 def test_a_save_that_overlaps_another_reads_the_last_whole_version(tmp_path, monkeypatch):
     """Two saves at a lesson's open can overlap: jupyter_server rewrites the file in place after copying it to an
     intermediate file, so the second save's hook may find the file truncated. It reads the copy then, and the
