@@ -80,7 +80,7 @@ except ImportError:  # pragma: no cover - Triton ships for Linux only
 
 __all__ = ["gateloop_triton", "gateloop_triton_log", "gateloop_scan", "runs_on_scan", "gateloop_blocks",
            "gateloop_warps", "gateloop_chunk", "gateloop_configs", "CHUNK", "CHUNK_TENSOR_CORES", "TENSOR_CORE_CHUNKS", "KERNELS",
-           "PRECISIONS", "SCAN_STATE"]
+           "PRECISIONS", "SCAN_STATE", "SUBCHUNK", "SUBCHUNKS", "SUBCHUNK_KERNELS", "on_subchunks"]
 
 CHUNK = 16          # steps a chunk in full precision and on the elementwise path; also tl.dot's smallest side
 CHUNK_TENSOR_CORES = 64     # steps a chunk on the tensor-core path (real inputs at tf32, bf16), when it is on
@@ -88,6 +88,13 @@ TENSOR_CORE_CHUNKS = False  # that path: off, slower than chunks of 16 (module d
 KERNELS = ("chunk_states_kernel", "chunk_attention_kernel", "chunk_output_kernel", "chunk_adjoint_kernel",
            "chunk_dqk_kernel",
            "chunk_dv_kernel")
+# Chunks of CHUNK_TENSOR_CORES cut into sub-chunks of SUBCHUNK (lesson 06, section 5): the off-diagonal sub-chunk
+# blocks of A as tl.dot products of factors referred to the sub-chunks' boundaries, the diagonal ones exact. Every tile
+# has SUBCHUNK rows, so it runs at every precision, real and complex. Off by default until timed on a GPU.
+SUBCHUNK = 16
+SUBCHUNKS = False
+SUBCHUNK_KERNELS = ("subchunk_states_kernel", "subchunk_attention_kernel", "subchunk_output_kernel",
+                    "subchunk_adjoint_kernel", "subchunk_dqk_kernel", "subchunk_dv_kernel")
 PRECISIONS = ("ieee", "tf32x3", "tf32", "bf16")   # the chunk products' precision: see _mm
 _INTERPRETER = os.environ.get("TRITON_INTERPRET", "0") == "1"    # seqlab.kernels sets it where there is no GPU
 # What a helper returns in the imaginary slot on the real path (CPLX=False): a constant the compiler drops, since
@@ -601,6 +608,462 @@ if triton is not None:
                 xi += ui
         _store_tile(dv_re, dv_im, bh, row0, L, offs_c, offs_v, DV, xr, xi, CPLX)
 
+    # ---- Chunks of C = 64 cut into sub-chunks of S = 16 (the boundary-referenced form of lesson 06, section 5) ----
+    # Rows r = c*C + I*S + s: chunk c, sub-chunk I, step s. The phasors' products run from each sub-chunk's start
+    # (Q_n, laid out over NSUB = NT * C/S sub-chunks of S); every decay between two sub-chunks is carried as its
+    # summed log|a| and its product of the sub-chunks' last phasors Q_last (:func:`_across`).
+
+    @triton.jit
+    def _across(la, ph_re, ph_im, bh, c0, first, last, L, NSUB, offs_s, offs_k, DK, S: tl.constexpr,
+                BK: tl.constexpr, PHASE: tl.constexpr):
+        """The decay through sub-chunks ``first .. last-1`` of the chunk that starts at row ``c0``:
+        ``sum log|a|`` (BK,) and the phasor ``prod Q_last`` (BK,) as (re, im): every ``a`` between two sub-chunk
+        boundaries, summed afresh (no difference of cumulative sums), ``<= 0``."""
+        mag = tl.zeros((BK,), dtype=la.dtype.element_ty)
+        p_re = tl.full((BK,), 1.0, dtype=la.dtype.element_ty)
+        p_im = tl.zeros((BK,), dtype=la.dtype.element_ty)
+        for K in range(first, last):
+            lam, q_re, q_im = _transitions(la, ph_re, ph_im, bh, c0 + K * S, L, NSUB, offs_s, offs_k, DK, S, PHASE)
+            mag += tl.sum(lam, axis=0)
+            if PHASE:
+                last_row = offs_s[:, None] == S - 1
+                l_re = tl.sum(tl.where(last_row, q_re, 0.0), axis=0)
+                l_im = tl.sum(tl.where(last_row, q_im, 0.0), axis=0)
+                p_re, p_im = p_re * l_re - p_im * l_im, p_re * l_im + p_im * l_re
+        return mag, p_re, p_im
+
+    @triton.jit
+    def _scaled(x_re, x_im, mag, p_re, p_im, CONJ: tl.constexpr, PHASE: tl.constexpr, CPLX: tl.constexpr):
+        """A (S, BK) tile times the per-channel decay ``exp(mag) p`` (BK,), or its conjugate (``CONJ``)."""
+        r = tl.exp(mag)[None, :]
+        if PHASE:
+            pr = r * p_re[None, :]
+            pi = r * p_im[None, :]
+            if CONJ:
+                pi = -pi
+            return x_re * pr - x_im * pi, x_re * pi + x_im * pr
+        elif CPLX:
+            return x_re * r, x_im * r
+        else:
+            return x_re * r, _NO_PLANE
+
+    @triton.jit
+    def _state_scaled(s_re, s_im, mag, p_re, p_im, CONJ: tl.constexpr, PHASE: tl.constexpr, CPLX: tl.constexpr):
+        """``diag(exp(mag) p) S`` for a (BK, BV) state tile (``CONJ``: ``diag(conj(exp(mag) p)) S``)."""
+        r = tl.exp(mag)[:, None]
+        if PHASE:
+            pr = r * p_re[:, None]
+            pi = r * p_im[:, None]
+            if CONJ:
+                pi = -pi
+            return s_re * pr - s_im * pi, s_re * pi + s_im * pr
+        elif CPLX:
+            return s_re * r, s_im * r
+        else:
+            return s_re * r, _NO_PLANE
+
+    @triton.jit
+    def _last_phasor(q_re, q_im, offs_s, S: tl.constexpr, PHASE: tl.constexpr):
+        """``Q_last`` (BK,) of a sub-chunk's phasor tile (only read when ``PHASE``)."""
+        if PHASE:
+            last_row = offs_s[:, None] == S - 1
+            return tl.sum(tl.where(last_row, q_re, 0.0), axis=0), tl.sum(tl.where(last_row, q_im, 0.0), axis=0)
+        else:
+            return q_re, q_im
+
+    @triton.jit
+    def _block(re_ptr, im_ptr, chunk, I, J, offs_s, C: tl.constexpr, S: tl.constexpr, CPLX: tl.constexpr):
+        """Block (I, J) (S, S) of chunk ``chunk``'s (C, C) matrix in a (BH * NT, C, C) plane pair, and its offsets."""
+        p = chunk * C * C + (I * S + offs_s[:, None]) * C + J * S + offs_s[None, :]
+        if CPLX:
+            return p, tl.load(re_ptr + p), tl.load(im_ptr + p)
+        else:
+            return p, tl.load(re_ptr + p), _NO_PLANE
+
+    @triton.jit
+    def subchunk_states_kernel(k_re, k_im, v_re, v_im, la, ph_re, ph_im, h0_re, h0_im, hs_re, hs_im, sL_re, sL_im,
+                               L, DK, DV, NT,
+                               C: tl.constexpr, S: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                               DOT: tl.constexpr, PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
+        """``S_in`` of every chunk of C into ``hs`` (BH, NT, DK, DV) and ``S_L`` into ``sL``, walking the sub-chunks:
+        ``S <- diag(exp(sum_J log a) Q_last) S + (k . exp(E) Q_last conj(Q))^T v`` per sub-chunk J (eq. 7 over S
+        steps, every exponent a sum of ``log|a| <= 0`` inside one sub-chunk); grid (BH * key tiles * value tiles,)."""
+        kv, only_chunk, bh = _program(tl.cdiv(DK, BK) * tl.cdiv(DV, BV), 1)
+        NSUB = NT * (C // S)
+        offs_s = tl.arange(0, S)
+        offs_k = (kv // tl.cdiv(DV, BV)) * BK + tl.arange(0, BK)
+        offs_v = (kv % tl.cdiv(DV, BV)) * BV + tl.arange(0, BV)
+        p_s, m_s, S_re, S_im = _state_tile(h0_re, h0_im, bh * DK * DV, offs_k, offs_v, DK, DV, CPLX)  # S_0 (BK, BV)
+        for c in range(NT):
+            tl.store(hs_re + (bh * NT + c) * DK * DV + p_s, S_re, mask=m_s)
+            if CPLX:
+                tl.store(hs_im + (bh * NT + c) * DK * DV + p_s, S_im, mask=m_s)
+            for J in range(C // S):
+                row0 = c * C + J * S
+                kr, ki = _tile(k_re, k_im, bh, row0, L, offs_s, offs_k, DK, CPLX)       # (S, BK)
+                vr, vi = _tile(v_re, v_im, bh, row0, L, offs_s, offs_v, DV, CPLX)       # (S, BV)
+                lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
+                    la, ph_re, ph_im, bh, row0, L, NSUB, offs_s, offs_k, DK, S, PHASE, CPLX)
+                E_re, E_im = _to_end(la, bh, row0, L, offs_s, offs_k, DK, p_re, p_im, S, PHASE, CPLX)
+                ke_re, ke_im = _cmul(kr, ki, E_re, E_im, CPLX)                           # k_m . exp(E_m)
+                kt_re, kt_im = _trans(ke_re, ke_im, CPLX)
+                nr, ni = _cmm(kt_re, kt_im, vr, vi, DOT, PREC, CPLX)                     # (BK, BV)
+                if CPLX:
+                    S_re, S_im = (t_re[:, None] * S_re - t_im[:, None] * S_im + nr,
+                                  t_re[:, None] * S_im + t_im[:, None] * S_re + ni)
+                else:
+                    S_re = t_re[:, None] * S_re + nr
+        tl.store(sL_re + bh * DK * DV + p_s, S_re, mask=m_s)
+        if CPLX:
+            tl.store(sL_im + bh * DK * DV + p_s, S_im, mask=m_s)
+
+    @triton.jit
+    def subchunk_attention_kernel(q_re, q_im, k_re, k_im, la, ph_re, ph_im, A_re, A_im, L, DK, NT,
+                                  C: tl.constexpr, S: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr,
+                                  PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
+        """Block (I, J) (S, S) of a chunk's intra-chunk attention ``A`` (C, C), summed over the key tiles;
+        grid (BH * NT * (C/S)^2,). With the query n in sub-chunk I and the key m in sub-chunk J:
+
+        - J < I: ``D[n, m] = gl_I[n] + mid + el_J[m]``, the decay from I's start to n (``gl``, at most S steps),
+          through the sub-chunks between (``mid``) and from m to J's end (``el``, at most S steps), so
+          ``A[I, J] = (q_I . exp(gl_I) Q) (k_J . exp(el_J + mid) Q_last conj(Q) P_mid)^T``: one ``tl.dot`` of factors
+          whose exponents are all ``<= 0`` (nothing can overflow, at any gate);
+        - J = I: the exact column-by-column sum of ``q_nd k_md exp(D[n, m, d])`` over the pairs of one sub-chunk
+          (:func:`_intra_attention`: segment sums masked before the exponential, never a ratio of factors);
+        - J > I: zero (causal)."""
+        ij, c, bh = _program((C // S) * (C // S), NT)
+        I = ij // (C // S)
+        J = ij % (C // S)
+        NSUB = NT * (C // S)
+        offs_s = tl.arange(0, S)
+        rI = c * C + I * S
+        rJ = c * C + J * S
+        acc_re = tl.zeros((S, S), dtype=q_re.dtype.element_ty)
+        acc_im = tl.zeros((S, S), dtype=q_re.dtype.element_ty)
+        if J < I:
+            for kt in range(tl.cdiv(DK, BK)):
+                offs_k = kt * BK + tl.arange(0, BK)
+                qr, qi = _tile(q_re, q_im, bh, rI, L, offs_s, offs_k, DK, CPLX)                  # (S, BK)
+                kr, ki = _tile(k_re, k_im, bh, rJ, L, offs_s, offs_k, DK, CPLX)
+                _, _, _, e_re, e_im, _, _ = _from_start(
+                    la, ph_re, ph_im, bh, rI, L, NSUB, offs_s, offs_k, DK, S, PHASE, CPLX)      # exp(gl_I) Q_n
+                _, pj_re, pj_im = _transitions(la, ph_re, ph_im, bh, rJ, L, NSUB, offs_s, offs_k, DK, S, PHASE)
+                f_re, f_im = _to_end(la, bh, rJ, L, offs_s, offs_k, DK, pj_re, pj_im, S, PHASE, CPLX)  # exp(el_J)
+                mid, m_re, m_im = _across(la, ph_re, ph_im, bh, c * C, J + 1, I, L, NSUB, offs_s, offs_k, DK,
+                                          S, BK, PHASE)
+                f_re, f_im = _scaled(f_re, f_im, mid, m_re, m_im, False, PHASE, CPLX)
+                qf_re, qf_im = _cmul(qr, qi, e_re, e_im, CPLX)
+                kf_re, kf_im = _cmul(kr, ki, f_re, f_im, CPLX)
+                kt_re, kt_im = _trans(kf_re, kf_im, CPLX)
+                a_re, a_im = _cmm(qf_re, qf_im, kt_re, kt_im, DOT, PREC, CPLX)                   # (S, S)
+                acc_re += a_re
+                if CPLX:
+                    acc_im += a_im
+        elif J == I:
+            for kt in range(tl.cdiv(DK, BK)):
+                offs_k = kt * BK + tl.arange(0, BK)
+                qr, qi = _tile(q_re, q_im, bh, rI, L, offs_s, offs_k, DK, CPLX)
+                kr, ki = _tile(k_re, k_im, bh, rI, L, offs_s, offs_k, DK, CPLX)
+                lam, p_re, p_im = _transitions(la, ph_re, ph_im, bh, rI, L, NSUB, offs_s, offs_k, DK, S, PHASE)
+                a_re, a_im = _intra_attention(qr, qi, kr, ki, lam, p_re, p_im, offs_s, S, PHASE, CPLX)
+                acc_re += a_re
+                if CPLX:
+                    acc_im += a_im
+        p = (bh * NT + c) * C * C + (I * S + offs_s[:, None]) * C + J * S + offs_s[None, :]
+        tl.store(A_re + p, acc_re)
+        if CPLX:
+            tl.store(A_im + p, acc_im)
+
+    @triton.jit
+    def subchunk_output_kernel(q_re, q_im, v_re, v_im, la, ph_re, ph_im, hs_re, hs_im, A_re, A_im, y_re, y_im,
+                               L, DK, DV, NT,
+                               C: tl.constexpr, S: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                               DOT: tl.constexpr, PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
+        """``y`` of one sub-chunk I and value tile: ``sum_{J <= I} A[I, J] v_J + (q . exp(g)) S_in``, with ``g`` from
+        the chunk's start (``exp`` of the sub-chunks before I times ``exp(gl_I)``: sums of ``log|a| <= 0``);
+        grid (BH * NT * C/S * value tiles,)."""
+        t, c, bh = _program((C // S) * tl.cdiv(DV, BV), NT)
+        I = t // tl.cdiv(DV, BV)
+        NSUB = NT * (C // S)
+        offs_s = tl.arange(0, S)
+        offs_v = (t % tl.cdiv(DV, BV)) * BV + tl.arange(0, BV)
+        rI = c * C + I * S
+        state = (bh * NT + c) * DK * DV
+        yr = tl.zeros((S, BV), dtype=q_re.dtype.element_ty)
+        yi = tl.zeros((S, BV), dtype=q_re.dtype.element_ty)
+        for J in range(I + 1):
+            _, a_re, a_im = _block(A_re, A_im, bh * NT + c, I, J, offs_s, C, S, CPLX)
+            vr, vi = _tile(v_re, v_im, bh, c * C + J * S, L, offs_s, offs_v, DV, CPLX)         # (S, BV)
+            ur, ui = _cmm(a_re, a_im, vr, vi, DOT, PREC, CPLX)                                    # A[I, J] v_J
+            yr += ur
+            if CPLX:
+                yi += ui
+        for kt in range(tl.cdiv(DK, BK)):
+            offs_k = kt * BK + tl.arange(0, BK)
+            qr, qi = _tile(q_re, q_im, bh, rI, L, offs_s, offs_k, DK, CPLX)
+            _, _, _, e_re, e_im, _, _ = _from_start(la, ph_re, ph_im, bh, rI, L, NSUB, offs_s, offs_k, DK, S,
+                                                    PHASE, CPLX)
+            pre, m_re, m_im = _across(la, ph_re, ph_im, bh, c * C, 0, I, L, NSUB, offs_s, offs_k, DK, S, BK, PHASE)
+            e_re, e_im = _scaled(e_re, e_im, pre, m_re, m_im, False, PHASE, CPLX)                # exp(g) from c*C
+            _, _, S_re, S_im = _state_tile(hs_re, hs_im, state, offs_k, offs_v, DK, DV, CPLX)
+            qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)
+            ur, ui = _cmm(qe_re, qe_im, S_re, S_im, DOT, PREC, CPLX)                             # (q . exp(g)) S_in
+            yr += ur
+            if CPLX:
+                yi += ui
+        _store_tile(y_re, y_im, bh, rI, L, offs_s, offs_v, DV, yr, yi, CPLX)
+
+    @triton.jit
+    def subchunk_adjoint_kernel(q_re, q_im, la, ph_re, ph_im, g_re, g_im, gS_re, gS_im, dhs_re, dhs_im, dh0_re,
+                                dh0_im, L, DK, DV, NT,
+                                C: tl.constexpr, S: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                                DOT: tl.constexpr, PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
+        """``dS_out`` of every chunk of C into ``dhs`` (from ``dL/dS_L``, backwards, a sub-chunk at a time:
+        ``dS <- (q . exp(gl) Q)^H G + diag(conj(exp(sum log a) Q_last)) dS``) and ``dL/dh0``;
+        grid (BH * key tiles * value tiles,)."""
+        kv, only_chunk, bh = _program(tl.cdiv(DK, BK) * tl.cdiv(DV, BV), 1)
+        NSUB = NT * (C // S)
+        offs_s = tl.arange(0, S)
+        offs_k = (kv // tl.cdiv(DV, BV)) * BK + tl.arange(0, BK)
+        offs_v = (kv % tl.cdiv(DV, BV)) * BV + tl.arange(0, BV)
+        p_s, m_s, dS_re, dS_im = _state_tile(gS_re, gS_im, bh * DK * DV, offs_k, offs_v, DK, DV, CPLX)
+        for i in range(NT):
+            c = NT - 1 - i
+            tl.store(dhs_re + (bh * NT + c) * DK * DV + p_s, dS_re, mask=m_s)
+            if CPLX:
+                tl.store(dhs_im + (bh * NT + c) * DK * DV + p_s, dS_im, mask=m_s)
+            for jj in range(C // S):
+                row0 = c * C + (C // S - 1 - jj) * S
+                qr, qi = _tile(q_re, q_im, bh, row0, L, offs_s, offs_k, DK, CPLX)
+                gr, gi = _tile(g_re, g_im, bh, row0, L, offs_s, offs_v, DV, CPLX)     # G = dL/dy  (S, BV)
+                lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
+                    la, ph_re, ph_im, bh, row0, L, NSUB, offs_s, offs_k, DK, S, PHASE, CPLX)
+                qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)
+                qh_re, qh_im = _conj(qe_re, qe_im, True, CPLX)
+                ar, ai = _cmm(qh_re, qh_im, gr, gi, DOT, PREC, CPLX)                     # (q . exp(gl))^H G
+                if CPLX:
+                    dS_re, dS_im = (t_re[:, None] * dS_re + t_im[:, None] * dS_im + ar,
+                                    t_re[:, None] * dS_im - t_im[:, None] * dS_re + ai)
+                else:
+                    dS_re = t_re[:, None] * dS_re + ar
+        tl.store(dh0_re + bh * DK * DV + p_s, dS_re, mask=m_s)
+        if CPLX:
+            tl.store(dh0_im + bh * DK * DV + p_s, dS_im, mask=m_s)
+
+    @triton.jit
+    def subchunk_dqk_kernel(q_re, q_im, k_re, k_im, v_re, v_im, la, ph_re, ph_im, g_re, g_im, hs_re, hs_im, dhs_re,
+                            dhs_im, dq_re, dq_im, dk_re, dk_im, dl_re, dl_im,
+                            L, DK, DV, NT,
+                            C: tl.constexpr, S: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                            DOT: tl.constexpr, PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
+        """``dq``, ``dk`` and ``dL/dlog a`` of one sub-chunk K and key tile; grid (BH * NT * C/S * key tiles,).
+
+        The state entering K and the adjoint leaving it are formed here from the chunk's, with the off-diagonal
+        sub-chunks as ``tl.dot`` s of boundary-referenced factors (exponents ``<= 0``)::
+
+            S_K  = diag(exp(g_<K) P_<K) S_in + sum_{J<K} (k_J . exp(el_J + mid) Q_last conj(Q) P_mid)^T v_J
+            dS_K = diag(conj(exp(g_>K) P_>K)) dS_out + sum_{I>K} (q_I . exp(gl_I + mid) Q P_mid)^H G_I
+
+        (``g_<K``: the sub-chunks before K, ``g_>K`` those after it, ``mid`` those between), and then K is one chunk
+        of :func:`chunk_dqk_kernel`'s algorithm: its diagonal block exact, column by column, and the transitions'
+        gradient summed over every path directly (no telescoping difference)."""
+        t, c, bh = _program((C // S) * tl.cdiv(DK, BK), NT)
+        K = t // tl.cdiv(DK, BK)
+        NSUB = NT * (C // S)
+        offs_s = tl.arange(0, S)
+        offs_k = (t % tl.cdiv(DK, BK)) * BK + tl.arange(0, BK)
+        row0 = c * C + K * S
+        state = (bh * NT + c) * DK * DV
+        zero_ck = tl.zeros((S, BK), dtype=q_re.dtype.element_ty)
+        P_re = tl.zeros((S, S), dtype=q_re.dtype.element_ty)      # P = G v^H
+        GS_re = zero_ck                                            # G S_K^H            (S, BK)
+        W_re = zero_ck                                             # conj(v) dS_K^T     (S, BK)
+        o_re = tl.zeros((BK,), dtype=q_re.dtype.element_ty)        # sum_e dS_K conj(S_K)
+        if CPLX:
+            P_im = tl.zeros((S, S), dtype=q_re.dtype.element_ty)
+            GS_im, W_im = zero_ck, zero_ck
+            o_im = tl.zeros((BK,), dtype=q_re.dtype.element_ty)
+        for vt in range(tl.cdiv(DV, BV)):
+            offs_v = vt * BV + tl.arange(0, BV)
+            # S_K: the keys of the sub-chunks J = K-1 .. 0, the decay between J and K carried as (mid, P_mid)
+            _, _, S_re, S_im = _state_tile(hs_re, hs_im, state, offs_k, offs_v, DK, DV, CPLX)     # S_in (BK, BV)
+            Sk_re = tl.zeros((BK, BV), dtype=q_re.dtype.element_ty)
+            Sk_im = tl.zeros((BK, BV), dtype=q_re.dtype.element_ty)
+            mid = tl.zeros((BK,), dtype=q_re.dtype.element_ty)
+            c_re = tl.full((BK,), 1.0, dtype=q_re.dtype.element_ty)
+            c_im = tl.zeros((BK,), dtype=q_re.dtype.element_ty)
+            for i in range(K):
+                rJ = c * C + (K - 1 - i) * S
+                kr, ki = _tile(k_re, k_im, bh, rJ, L, offs_s, offs_k, DK, CPLX)
+                vr, vi = _tile(v_re, v_im, bh, rJ, L, offs_s, offs_v, DV, CPLX)
+                lam, pj_re, pj_im = _transitions(la, ph_re, ph_im, bh, rJ, L, NSUB, offs_s, offs_k, DK, S, PHASE)
+                f_re, f_im = _to_end(la, bh, rJ, L, offs_s, offs_k, DK, pj_re, pj_im, S, PHASE, CPLX)
+                f_re, f_im = _scaled(f_re, f_im, mid, c_re, c_im, False, PHASE, CPLX)
+                kf_re, kf_im = _cmul(kr, ki, f_re, f_im, CPLX)
+                kt_re, kt_im = _trans(kf_re, kf_im, CPLX)
+                nr, ni = _cmm(kt_re, kt_im, vr, vi, DOT, PREC, CPLX)
+                Sk_re += nr
+                if CPLX:
+                    Sk_im += ni
+                mid += tl.sum(lam, axis=0)
+                if PHASE:
+                    l_re, l_im = _last_phasor(pj_re, pj_im, offs_s, S, PHASE)
+                    c_re, c_im = c_re * l_re - c_im * l_im, c_re * l_im + c_im * l_re
+            s_re, s_im = _state_scaled(S_re, S_im, mid, c_re, c_im, False, PHASE, CPLX)
+            S_re = Sk_re + s_re
+            if CPLX:
+                S_im = Sk_im + s_im
+            # dS_K: the queries of the sub-chunks I = K+1 .. C/S-1, the decay between K and I carried likewise
+            _, _, dS_re, dS_im = _state_tile(dhs_re, dhs_im, state, offs_k, offs_v, DK, DV, CPLX)  # dS_out
+            dSk_re = tl.zeros((BK, BV), dtype=q_re.dtype.element_ty)
+            dSk_im = tl.zeros((BK, BV), dtype=q_re.dtype.element_ty)
+            mid = tl.zeros((BK,), dtype=q_re.dtype.element_ty)
+            c_re = tl.full((BK,), 1.0, dtype=q_re.dtype.element_ty)
+            c_im = tl.zeros((BK,), dtype=q_re.dtype.element_ty)
+            for I in range(K + 1, C // S):
+                rI = c * C + I * S
+                qr, qi = _tile(q_re, q_im, bh, rI, L, offs_s, offs_k, DK, CPLX)
+                gr, gi = _tile(g_re, g_im, bh, rI, L, offs_s, offs_v, DV, CPLX)
+                lam, pi_re, pi_im, e_re, e_im, _, _ = _from_start(
+                    la, ph_re, ph_im, bh, rI, L, NSUB, offs_s, offs_k, DK, S, PHASE, CPLX)
+                e_re, e_im = _scaled(e_re, e_im, mid, c_re, c_im, False, PHASE, CPLX)
+                qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)
+                qh_re, qh_im = _conj(qe_re, qe_im, True, CPLX)
+                ar, ai = _cmm(qh_re, qh_im, gr, gi, DOT, PREC, CPLX)
+                dSk_re += ar
+                if CPLX:
+                    dSk_im += ai
+                mid += tl.sum(lam, axis=0)
+                if PHASE:
+                    l_re, l_im = _last_phasor(pi_re, pi_im, offs_s, S, PHASE)
+                    c_re, c_im = c_re * l_re - c_im * l_im, c_re * l_im + c_im * l_re
+            s_re, s_im = _state_scaled(dS_re, dS_im, mid, c_re, c_im, True, PHASE, CPLX)
+            dS_re = dSk_re + s_re
+            if CPLX:
+                dS_im = dSk_im + s_im
+            # from here on, chunk_dqk_kernel's accumulation over the value tiles, for the sub-chunk K
+            vr, vi = _tile(v_re, v_im, bh, row0, L, offs_s, offs_v, DV, CPLX)     # (S, BV)
+            gr, gi = _tile(g_re, g_im, bh, row0, L, offs_s, offs_v, DV, CPLX)
+            vh_re, vh_im = _conj(vr, vi, True, CPLX)
+            Sh_re, Sh_im = _conj(S_re, S_im, True, CPLX)
+            vc_re, vc_im = _conj(vr, vi, False, CPLX)
+            dSt_re, dSt_im = _trans(dS_re, dS_im, CPLX)
+            pr, pi = _cmm(gr, gi, vh_re, vh_im, DOT, PREC, CPLX)
+            hr, hi = _cmm(gr, gi, Sh_re, Sh_im, DOT, PREC, CPLX)
+            wr, wi = _cmm(vc_re, vc_im, dSt_re, dSt_im, DOT, PREC, CPLX)
+            or_, oi = _cmulc(S_re, S_im, dS_re, dS_im, CPLX)
+            P_re += pr
+            GS_re += hr
+            W_re += wr
+            o_re += tl.sum(or_, axis=1)
+            if CPLX:
+                P_im += pi
+                GS_im += hi
+                W_im += wi
+                o_im += tl.sum(oi, axis=1)
+        if not CPLX:
+            P_im, GS_im, W_im, o_im = None, None, None, None
+        qr, qi = _tile(q_re, q_im, bh, row0, L, offs_s, offs_k, DK, CPLX)                 # (S, BK)
+        kr, ki = _tile(k_re, k_im, bh, row0, L, offs_s, offs_k, DK, CPLX)
+        lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
+                la, ph_re, ph_im, bh, row0, L, NSUB, offs_s, offs_k, DK, S, PHASE, CPLX)
+        E_re, E_im = _to_end(la, bh, row0, L, offs_s, offs_k, DK, p_re, p_im, S, PHASE, CPLX)
+        # the state parts: dq = conj(exp(gl)) . (G S_K^H), dk = conj(exp(el)) . W
+        dqr, dqi = _cmulc(e_re, e_im, GS_re, GS_im, CPLX)
+        dkr, dki = _cmulc(E_re, E_im, W_re, W_im, CPLX)
+        # dlog a_j, path (2): sum_{n >= j} conj(q_n . exp(gl_n)) . (G_n S_K^H)
+        qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)
+        s_re, s_im = _cmulc(qe_re, qe_im, GS_re, GS_im, CPLX)
+        # path (4): conj(exp(gl_last)) . sum_e dS_K conj(S_K), the same for every j
+        u_re, u_im = _cmulc(t_re, t_im, o_re, o_im, CPLX)
+        dlr = tl.cumsum(s_re, axis=0, reverse=True) + u_re[None, :]
+        if CPLX:
+            dli = tl.cumsum(s_im, axis=0, reverse=True) + u_im[None, :]
+        # path (3) needs V_m = conj(k_m . exp(el_m)) . W_m, summed over m < j
+        ke_re, ke_im = _cmul(kr, ki, E_re, E_im, CPLX)
+        V_re, V_im = _cmulc(ke_re, ke_im, W_re, W_im, CPLX)
+        for m in range(S):                      # the diagonal block, exact: chunk_dqk_kernel's loop over S columns
+            col_m = offs_s[None, :] == m
+            here = offs_s[:, None] == m
+            after = offs_s[:, None] > m
+            w_re = tl.where(offs_s[:, None] >= m, tl.exp(tl.cumsum(tl.where(after, lam, 0.0), axis=0)), 0.0)
+            if PHASE:
+                pw_re = tl.sum(tl.where(here, p_re, 0.0), axis=0)[None, :]
+                pw_im = tl.sum(tl.where(here, p_im, 0.0), axis=0)[None, :]
+                w_re, w_im = w_re * (p_re * pw_re + p_im * pw_im), w_re * (p_im * pw_re - p_re * pw_im)
+            elif CPLX:
+                w_im = tl.zeros_like(w_re)
+            pm_re = tl.sum(tl.where(col_m, P_re, 0.0), axis=1)[:, None]              # P[:, m]  (S, 1)
+            km_re = tl.sum(tl.where(here, kr, 0.0), axis=0)[None, :]                 # k_m  (1, BK)
+            if CPLX:
+                pm_im = tl.sum(tl.where(col_m, P_im, 0.0), axis=1)[:, None]
+                km_im = tl.sum(tl.where(here, ki, 0.0), axis=0)[None, :]
+                x_re = km_re * w_re - km_im * w_im
+                x_im = km_re * w_im + km_im * w_re
+                dqr += x_re * pm_re + x_im * pm_im
+                dqi += x_re * pm_im - x_im * pm_re
+                y_re = qr * w_re - qi * w_im
+                y_im = qr * w_im + qi * w_re
+                dkr += tl.where(here, tl.sum(y_re * pm_re + y_im * pm_im, axis=0)[None, :], 0.0)
+                dki += tl.where(here, tl.sum(y_re * pm_im - y_im * pm_re, axis=0)[None, :], 0.0)
+                z_re = y_re * km_re - y_im * km_im
+                z_im = y_re * km_im + y_im * km_re
+                dlr += tl.where(after, tl.cumsum(z_re * pm_re + z_im * pm_im, axis=0, reverse=True)
+                                + tl.sum(tl.where(here, V_re, 0.0), axis=0)[None, :], 0.0)
+                dli += tl.where(after, tl.cumsum(z_re * pm_im - z_im * pm_re, axis=0, reverse=True)
+                                + tl.sum(tl.where(here, V_im, 0.0), axis=0)[None, :], 0.0)
+            else:
+                dqr += km_re * w_re * pm_re
+                yp = qr * w_re * pm_re
+                dkr += tl.where(here, tl.sum(yp, axis=0)[None, :], 0.0)
+                dlr += tl.where(after, tl.cumsum(yp * km_re, axis=0, reverse=True)
+                                + tl.sum(tl.where(here, V_re, 0.0), axis=0)[None, :], 0.0)
+        if not CPLX:
+            dli = None
+        _store_tile(dq_re, dq_im, bh, row0, L, offs_s, offs_k, DK, dqr, dqi, CPLX)
+        _store_tile(dk_re, dk_im, bh, row0, L, offs_s, offs_k, DK, dkr, dki, CPLX)
+        _store_tile(dl_re, dl_im, bh, row0, L, offs_s, offs_k, DK, dlr, dli, CPLX)
+
+    @triton.jit
+    def subchunk_dv_kernel(k_re, k_im, la, ph_re, ph_im, g_re, g_im, dhs_re, dhs_im, A_re, A_im, dv_re, dv_im,
+                           L, DK, DV, NT,
+                           C: tl.constexpr, S: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                           DOT: tl.constexpr, PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
+        """``dv`` of one sub-chunk K and value tile: ``sum_{I >= K} A[I, K]^H G_I + conj(k . exp(E)) dS_out``, with
+        ``E`` to the chunk's end (``el_K`` plus the sub-chunks after K); grid (BH * NT * C/S * value tiles,)."""
+        t, c, bh = _program((C // S) * tl.cdiv(DV, BV), NT)
+        K = t // tl.cdiv(DV, BV)
+        NSUB = NT * (C // S)
+        offs_s = tl.arange(0, S)
+        offs_v = (t % tl.cdiv(DV, BV)) * BV + tl.arange(0, BV)
+        row0 = c * C + K * S
+        xr = tl.zeros((S, BV), dtype=g_re.dtype.element_ty)
+        xi = tl.zeros((S, BV), dtype=g_re.dtype.element_ty)
+        for I in range(K, C // S):
+            _, a_re, a_im = _block(A_re, A_im, bh * NT + c, I, K, offs_s, C, S, CPLX)
+            ah_re, ah_im = _conj(a_re, a_im, True, CPLX)
+            gr, gi = _tile(g_re, g_im, bh, c * C + I * S, L, offs_s, offs_v, DV, CPLX)
+            ur, ui = _cmm(ah_re, ah_im, gr, gi, DOT, PREC, CPLX)                                # A[I, K]^H G_I
+            xr += ur
+            if CPLX:
+                xi += ui
+        for kt in range(tl.cdiv(DK, BK)):
+            offs_k = kt * BK + tl.arange(0, BK)
+            kr, ki = _tile(k_re, k_im, bh, row0, L, offs_s, offs_k, DK, CPLX)
+            _, p_re, p_im = _transitions(la, ph_re, ph_im, bh, row0, L, NSUB, offs_s, offs_k, DK, S, PHASE)
+            E_re, E_im = _to_end(la, bh, row0, L, offs_s, offs_k, DK, p_re, p_im, S, PHASE, CPLX)
+            post, m_re, m_im = _across(la, ph_re, ph_im, bh, c * C, K + 1, C // S, L, NSUB, offs_s, offs_k, DK,
+                                       S, BK, PHASE)
+            E_re, E_im = _scaled(E_re, E_im, post, m_re, m_im, False, PHASE, CPLX)
+            _, _, dS_re, dS_im = _state_tile(dhs_re, dhs_im, (bh * NT + c) * DK * DV, offs_k, offs_v, DK, DV, CPLX)
+            ke_re, ke_im = _cmul(kr, ki, E_re, E_im, CPLX)
+            kc_re, kc_im = _conj(ke_re, ke_im, False, CPLX)
+            ur, ui = _cmm(kc_re, kc_im, dS_re, dS_im, DOT, PREC, CPLX)                          # conj(k . exp(E)) dS_out
+            xr += ur
+            if CPLX:
+                xi += ui
+        _store_tile(dv_re, dv_im, bh, row0, L, offs_s, offs_v, DV, xr, xi, CPLX)
+
 
 def gateloop_blocks(dk: int, dv: int) -> tuple[int, int, bool]:
     """``(BK, BV, DOT)``: the tiles ``auto`` runs a head of ``dk x dv`` with.
@@ -637,9 +1100,19 @@ def _on_tensor_cores(dk: int, dv: int, precision: str, cplx: bool) -> bool:
     return TENSOR_CORE_CHUNKS and not cplx and precision in ("tf32", "bf16") and min(dk, dv) >= CHUNK
 
 
+def on_subchunks(dk: int, dv: int) -> bool:
+    """Whether a head runs in chunks of :data:`CHUNK_TENSOR_CORES` cut into sub-chunks of :data:`SUBCHUNK`
+    (:data:`SUBCHUNK_KERNELS`): heads of 16 and more (``tl.dot``), at every precision, real or complex, while
+    :data:`SUBCHUNKS` is on (it takes precedence over :data:`TENSOR_CORE_CHUNKS`)."""
+    return SUBCHUNKS and min(dk, dv) >= CHUNK
+
+
 def gateloop_chunk(dk: int, dv: int, precision: str = "ieee", cplx: bool = True) -> int:
-    """The steps a chunk: :data:`CHUNK_TENSOR_CORES` on tensor cores (see ``_on_tensor_cores``), else :data:`CHUNK`."""
-    return CHUNK_TENSOR_CORES if _on_tensor_cores(dk, dv, precision, cplx) else CHUNK
+    """The steps a chunk: :data:`CHUNK_TENSOR_CORES` on sub-chunks (:func:`on_subchunks`) or on tensor cores (see
+    ``_on_tensor_cores``), else :data:`CHUNK`."""
+    if on_subchunks(dk, dv) or _on_tensor_cores(dk, dv, precision, cplx):
+        return CHUNK_TENSOR_CORES
+    return CHUNK
 
 
 # On tensor cores (chunks of 64): (BK, BV, warps) a kernel may run with, every one without spills for sm_80 and
@@ -658,6 +1131,18 @@ _TENSOR_CORE_CONFIGS = {
 }
 
 
+# The sub-chunk kernels' warps (tiles of 16 rows, key / value tiles of 16): none spills for sm_80 or sm_90 at any
+# precision, real or complex (ptxas -v: tests/ops/test_triton_spills.py).
+_SUBCHUNK_WARPS = {
+    "subchunk_states_kernel": 4,
+    "subchunk_attention_kernel": 4,
+    "subchunk_output_kernel": 4,
+    "subchunk_adjoint_kernel": 4,
+    "subchunk_dqk_kernel": 4,
+    "subchunk_dv_kernel": 8,
+}
+
+
 def gateloop_configs(kernel: str, dk: int, dv: int, precision: str = "ieee", cplx: bool = True) -> list[dict]:
     """The launch configurations ``kernel`` may run with on a head of ``dk x dv``: dicts of ``BK``, ``BV`` (none for
     :func:`chunk_attention_kernel`, which has no value tile) and ``num_warps``. On tensor cores (chunks of 64), key /
@@ -665,13 +1150,15 @@ def gateloop_configs(kernel: str, dk: int, dv: int, precision: str = "ieee", cpl
     ``triton.autotune`` picks by timing them where there are several (the first alone under the interpreter); else
     one: :func:`gateloop_blocks` at :func:`gateloop_warps`. ``tests/ops/test_triton_spills.py`` compiles every one of
     them for sm_80 and sm_90 and finds no spills."""
-    if _on_tensor_cores(dk, dv, precision, cplx):
+    if kernel in SUBCHUNK_KERNELS:
+        configs = [dict(BK=SUBCHUNK, BV=SUBCHUNK, num_warps=_SUBCHUNK_WARPS[kernel])]
+    elif _on_tensor_cores(dk, dv, precision, cplx):
         configs = [dict(BK=bk, BV=bv, num_warps=w) for bk, bv, w in _TENSOR_CORE_CONFIGS[kernel]
                    if bk <= max(32, dk, dv)]
     else:
         BK, BV, DOT = gateloop_blocks(dk, dv)
         configs = [dict(BK=BK, BV=BV, num_warps=gateloop_warps(kernel, DOT))]
-    if kernel == "chunk_attention_kernel":
+    if kernel in ("chunk_attention_kernel", "subchunk_attention_kernel"):
         configs = [dict(BK=c["BK"], num_warps=c["num_warps"]) for c in configs]
     return configs
 
@@ -721,17 +1208,27 @@ class _Launch:
     """One head layout's kernel launches: sizes, blocks, and the transitions ``la = log|a|`` with their
     phasors ``(cos arg a, sin arg a)`` (none when every ``a`` is real and positive)."""
 
-    def __init__(self, BH, L, DK, DV, la, ph, cplx, precision):
+    def __init__(self, BH, L, DK, DV, la, ph, cplx, precision, sub=None):
         self.BH, self.L, self.DK, self.DV = BH, L, DK, DV
         self.cplx = cplx or ph is not None        # complex arithmetic; real inputs run on real planes only
         self.precision = precision
-        self.C = gateloop_chunk(DK, DV, precision, self.cplx)
+        self.sub = on_subchunks(DK, DV) if sub is None else sub       # chunks of 64 by sub-chunks of 16
+        self.C = CHUNK_TENSOR_CORES if self.sub else gateloop_chunk(DK, DV, precision, self.cplx)
         self.NT = triton.cdiv(L, self.C)
+        self.NS = self.C // SUBCHUNK if self.sub else 1               # sub-chunks a chunk
         self.DOT = gateloop_blocks(DK, DV)[2]
         self.phase = ph is not None
-        self.a = (la, *_phasor_products(ph, self.NT, self.C)) if self.phase else (la, la, la)   # unread if not
+        # the phasors' products from each chunk's start, or on sub-chunks from each sub-chunk's start
+        P = _phasor_products(ph, self.NT * self.NS, self.C // self.NS) if self.phase else None
+        self.a = (la, *P) if self.phase else (la, la, la)   # unread if not
         self.sizes = (L, DK, DV, self.NT)
         self.consts = dict(C=self.C, DOT=self.DOT, PHASE=self.phase, CPLX=self.cplx, PREC=precision)
+        if self.sub:
+            self.consts["S"] = SUBCHUNK
+
+    def kernel(self, name: str) -> str:
+        """The kernel that does ``name``'s work (``"states"``, ...) on this head's path."""
+        return f"subchunk_{name}_kernel" if self.sub else f"chunk_{name}_kernel"
 
     def planes(self, t, real):
         """``t`` as the kernels read it: (real plane, imaginary plane), or (real, real) on the real path, whose
@@ -773,15 +1270,20 @@ class _Launch:
         """:func:`chunk_states_kernel`: the states entering every chunk ``(BH, NT, DK, DV)`` and ``S_L``."""
         hs = self.empty(k[0], self.BH, self.NT, self.DK, self.DV)
         sL = self.empty(k[0], self.BH, self.DK, self.DV)
-        self.launch("chunk_states_kernel", lambda m: self.key_tiles(m) * self.value_tiles(m),
+        self.launch(self.kernel("states"), lambda m: self.key_tiles(m) * self.value_tiles(m),
                     *k, *v, *self.a, *h0, *hs, *sL, *self.sizes, **self.consts)
         return hs, sL
 
     def attention(self, q, k):
         """:func:`chunk_attention_kernel`: every chunk's intra-chunk attention ``A`` ``(BH, NT, C, C)``."""
         A = self.empty(q[0], self.BH, self.NT, self.C, self.C)
-        self.launch("chunk_attention_kernel", lambda m: self.NT, *q, *k, *self.a, *A, self.L, self.DK, self.NT,
-                    C=self.C, PHASE=self.phase, CPLX=self.cplx)
+        if self.sub:            # a program per block (I, J) of sub-chunks
+            consts = {name: value for name, value in self.consts.items()}
+            self.launch("subchunk_attention_kernel", lambda m: self.NT * self.NS * self.NS, *q, *k, *self.a, *A,
+                        self.L, self.DK, self.NT, **consts)
+        else:
+            self.launch("chunk_attention_kernel", lambda m: self.NT, *q, *k, *self.a, *A, self.L, self.DK, self.NT,
+                        C=self.C, PHASE=self.phase, CPLX=self.cplx)
         return A
 
 
@@ -800,12 +1302,12 @@ class _GateLoopTriton(torch.autograd.Function):
         hs, sL = run.states(kp, vp, h0p)
         A = run.attention(qp, kp)
         y = run.empty(qp[0], BH, L, run.DV)
-        run.launch("chunk_output_kernel", lambda m: run.NT * run.value_tiles(m),
+        run.launch(run.kernel("output"), lambda m: run.NT * run.NS * run.value_tiles(m),
                    *qp, *vp, *run.a, *hs, *A, *y, *run.sizes, **run.consts)
         # la and its phasor products, and A for the backward (BH * L * C values a plane: at C = 16 a quarter of
         # q's bytes for heads of dk = 64 on the real path, half on the complex one)
         ctx.save_for_backward(*qp, *kp, *vp, *h0p, *run.a, *A)
-        ctx.phase, ctx.cplx, ctx.precision = run.phase, run.cplx, precision
+        ctx.phase, ctx.cplx, ctx.precision, ctx.sub = run.phase, run.cplx, precision, run.sub
         ctx.complex_inputs = (q.is_complex(), k.is_complex(), v.is_complex(), h0.is_complex())
         return run.out(y), run.out(sL)
 
@@ -814,20 +1316,20 @@ class _GateLoopTriton(torch.autograd.Function):
         q_re, q_im, k_re, k_im, v_re, v_im, h0_re, h0_im, la, cos_ph, sin_ph, A_re, A_im = ctx.saved_tensors
         q, k, v, h0 = (q_re, q_im), (k_re, k_im), (v_re, v_im), (h0_re, h0_im)
         BH, L, DK = q_re.shape
-        run = _Launch(BH, L, DK, v_re.shape[-1], la, None, ctx.cplx, ctx.precision)
+        run = _Launch(BH, L, DK, v_re.shape[-1], la, None, ctx.cplx, ctx.precision, ctx.sub)
         run.a, run.phase, run.consts["PHASE"] = (la, cos_ph, sin_ph), ctx.phase, ctx.phase
         G = run.planes(grad_y, la.dtype)
         gS = run.planes(grad_S if grad_S is not None else torch.zeros_like(h0_re), la.dtype)
         hs, _ = run.states(k, v, h0)
         dhs = run.empty(hs[0], *hs[0].shape)
         dh0 = run.empty(h0_re, *h0_re.shape)
-        run.launch("chunk_adjoint_kernel", lambda m: run.key_tiles(m) * run.value_tiles(m),
+        run.launch(run.kernel("adjoint"), lambda m: run.key_tiles(m) * run.value_tiles(m),
                    *q, *run.a, *G, *gS, *dhs, *dh0, *run.sizes, **run.consts)
         dq, dk, dl = (run.empty(q_re, *q_re.shape) for _ in range(3))
-        run.launch("chunk_dqk_kernel", lambda m: run.NT * run.key_tiles(m),
+        run.launch(run.kernel("dqk"), lambda m: run.NT * run.NS * run.key_tiles(m),
                    *q, *k, *v, *run.a, *G, *hs, *dhs, *dq, *dk, *dl, *run.sizes, **run.consts)
         dv = run.empty(v_re, *v_re.shape)
-        run.launch("chunk_dv_kernel", lambda m: run.NT * run.value_tiles(m),
+        run.launch(run.kernel("dv"), lambda m: run.NT * run.NS * run.value_tiles(m),
                    *k, *run.a, *G, *dhs, A_re, A_im, *dv, *run.sizes, **run.consts)
         grads = [run.out(pair) if is_c else pair[0]               # a real input gets the real part
                  for pair, is_c in zip((dq, dk, dv, dh0), ctx.complex_inputs)]
