@@ -306,7 +306,15 @@ def test_a_lesson_opens_with_its_widgets_rendered(lab, page):
     texts = page.eval_on_selector_all(".jp-OutputArea-output", "els => els.map(e => e.innerText)")
     as_text = [t[:200] for t in texts if "interactive(children=" in t or "0%|" in t]   # the text fallbacks
     assert not as_text, f"widgets shown as text: {as_text}"
+    _assert_saved_controls_wait_for_the_kernel(page, FIRST_OPEN)
+    assert page.evaluate(CONTROLS_JS, CONTROLS), "the tour's saved controls were not found"
     _screenshot(page, "first-open-widget.png")
+    # after Run All the kernel's widgets replace the saved ones: every control is live, no hint is left
+    _run_all(page)
+    _wait_all_ran(page)
+    controls = page.evaluate(CONTROLS_JS, CONTROLS)
+    assert controls, "Run All drew no controls"
+    assert all(c["usable"] and HINT not in c["hint"] for c in controls), f"not live after Run All: {controls}"
 
 
 # ----------------------------------------------------------------------------- every lesson, opened as it is
@@ -371,6 +379,24 @@ TRACK_SAVES_JS = """() => {
 }"""
 SAVES_JS = """() => ({...window.seqlabSaves, dirty: window.jupyterapp.shell.currentWidget.context.model.dirty,
                      dialogs: [...document.querySelectorAll('.jp-Dialog')].map(d => d.innerText)})"""
+# What JupyterLab shows of a document with unsaved changes: its model's flag and the dot on its tab.
+DIRTY_JS = """() => ({model: window.jupyterapp.shell.currentWidget.context.model.dirty,
+                     tabs: document.querySelectorAll('.lm-TabBar-tab.jp-mod-dirty').length})"""
+# The controls (sliders, menus, buttons, boxes) drawn in the notebook's outputs, as seqlab-widget-restore marks them:
+# for each, whether it can be used (not inert, not inside an inert element), whether the red broken-chain icon is
+# drawn beside it, and the hint line its output shows.
+CONTROLS = (".widget-slider, .widget-dropdown, .widget-select, .widget-toggle-buttons, .widget-radio, "
+            ".widget-button, .jupyter-button, .widget-checkbox, .widget-text, .widget-textarea")
+CONTROLS_JS = """selector => [...document.querySelectorAll('.jp-Notebook .jp-OutputArea-output')]
+    .filter(o => !o.parentElement.closest('.jp-OutputArea-output'))
+    .flatMap(o => [...o.querySelectorAll(selector)].map(c => ({
+        name: (c.querySelector('.widget-label') || {}).innerText || c.className,
+        usable: !c.closest('[inert]'),
+        icon: [...o.querySelectorAll('.jupyter-widgets-disconnected')]
+                  .some(d => !['none', 'normal'].includes(getComputedStyle(d, '::before').content)),
+        hint: getComputedStyle(o, '::before').content})))"""
+HINT = "run this cell to make them live"
+CONTROL_MODELS = r"^(?:\w*Slider|Dropdown|Select\w*|ToggleButtons|RadioButtons|Button|Checkbox|\w*Text|Textarea)Model$"
 
 
 def _file_stamp(path: Path) -> tuple | None:
@@ -422,10 +448,43 @@ def _keep_changed(saved: bytes, lesson: Path, attempt: int) -> str:
     return f"kept as {kept}; differs in {', '.join(diffs[:12]) or 'bytes only (same JSON)'}"
 
 
+def _saved_controls(path: Path) -> bool:
+    """Whether the widget state saved in a lesson holds a control (a slider, menu, button or box)."""
+    from seqlab.viz.nbstate import STATE_KEY
+
+    state = json.loads(path.read_text(encoding="utf-8")).get("metadata", {}).get("widgets", {})
+    models = state.get(STATE_KEY, {}).get("state", {}).values()
+    return any(re.search(CONTROL_MODELS, m.get("model_name", "")) for m in models)
+
+
+def _assert_saved_controls_wait_for_the_kernel(page, name: str, expected: bool | None = None) -> None:
+    """Before the kernel has run a widget's cell, its saved controls cannot be used, no broken-chain icon is drawn,
+    and the output says how to make them live."""
+    controls = page.evaluate(CONTROLS_JS, CONTROLS)
+    if expected is not None:
+        assert bool(controls) == expected, f"{name}: {len(controls)} saved controls drawn, expected some: {expected}"
+    usable = [c["name"] for c in controls if c["usable"]]
+    assert not usable, f"{name}: saved controls usable before the kernel made them: {usable}"
+    assert not any(c["icon"] for c in controls), f"{name}: the broken-chain icon is drawn"
+    no_hint = [c["name"] for c in controls if HINT not in c["hint"]]
+    assert not no_hint, f"{name}: saved controls without the hint line: {no_hint}"
+
+
+def _close_all_without_a_prompt(page, name: str) -> None:
+    """File > Close All Tabs closes the lesson at once: a save prompt would keep it open."""
+    page.evaluate("() => { window.jupyterapp.commands.execute('application:close-all'); }")
+    try:
+        page.wait_for_function("() => !document.querySelector('.jp-NotebookPanel')", timeout=30_000)
+    except PlaywrightTimeout:
+        dialogs = page.eval_on_selector_all(".jp-Dialog", "els => els.map(d => d.innerText)")
+        pytest.fail(f"{name} did not close: {dialogs or 'no dialog'}")
+
+
 @pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.stem[:2])
 def test_opening_a_lesson_never_changes_it_and_its_widgets_render_every_time(lessons_lab, page, lesson):
-    """A lesson opened and left open (autosave every second, widget state saved, as for learners) stays
-    byte-identical on disk, compared once its widgets are drawn and the page has saved all it had to (the page says
+    """A lesson opened and left open (autosave every second, widget state saved, as for learners) is not marked
+    modified (no unsaved dot, no save, File > Close All closes it without a prompt), its saved controls are inert
+    with the hint line until the kernel runs their cell, and it stays byte-identical on disk, compared once its widgets are drawn and the page has saved all it had to (the page says
     so); at each of :data:`OPENS` fresh opens (its kernel shut down in between) its saved
     widgets are drawn and none says "Error displaying widget: model not found" (seqlab-widget-restore runs the
     widget manager's restores one at a time: without it, which widgets lose that race changes per open)."""
@@ -443,6 +502,10 @@ def test_opening_a_lesson_never_changes_it_and_its_widgets_render_every_time(les
             unchanged = saved == committed    # a bool: pytest would diff a megabyte for hours
             assert unchanged, f"{lesson.name} changed on disk after open {attempt + 1}: " \
                               f"{_keep_changed(saved, lesson, attempt + 1)}"
+            assert page.evaluate(DIRTY_JS) == {"model": False, "tabs": 0}, \
+                f"{lesson.name}, open {attempt + 1}: marked modified although nothing was edited"
+            assert page.evaluate("() => window.seqlabSaves.started") == 0, f"{lesson.name}: saved at open"
+            _assert_saved_controls_wait_for_the_kernel(page, lesson.name, _saved_controls(lesson))
             assert page.evaluate(f"() => window.jupyterapp.isPluginActivated('{RESTORE_PLUGIN}')"), "not loaded"
             lost = page.locator(".jp-OutputArea-output:has-text('Error displaying widget')").count()
             assert lost == 0, f"{lesson.name}, open {attempt + 1}: {lost} widgets not displayed (model not found)"
@@ -450,6 +513,7 @@ def test_opening_a_lesson_never_changes_it_and_its_widgets_render_every_time(les
             assert waiting == 0, f"{lesson.name}, open {attempt + 1}: {waiting} widgets still loading"
             drawn = page.locator(".jp-OutputArea-output .jupyter-widgets").count()
             assert (drawn > 0) == (views > 0), f"open {attempt + 1}: {drawn} widgets drawn, {views} saved"
+            _close_all_without_a_prompt(page, lesson.name)
             _shut_down_kernels(base, token)
     except BaseException:
         _screenshot(page, f"open-{lesson.stem[:2]}.png")
