@@ -109,6 +109,43 @@ def chunk_wide_attention(q, k, log_a, C=64):
     return blocks
 
 
+def check_log_against_recurrence(q, k, v, log_a, phase, what, tol=1e-5):
+    """The kernels with the transitions as ``log|a|`` and ``arg a`` (:func:`gateloop_triton_log`, the decays' entry)
+    against the float64 recurrence of ``a = exp(log|a| + i arg a)``: ``y``, ``S_L`` and the gradients of q, k, v,
+    log|a|, arg a and h0. (Through ``a`` itself a complex gate of ``|a| < 1e-19`` has no float32 gradient: torch's
+    ``angle`` backward divides by ``|a|^2``, which underflows.)"""
+    h0 = torch.randn(*q.shape[:2], q.shape[-1], v.shape[-1], dtype=q.dtype)
+    w = torch.randn(*v.shape, dtype=torch.float64)
+    w_S = torch.randn(*h0.shape, dtype=torch.float64)
+
+    def loss(y, S):
+        value = (y.real.double() * w).sum() + (S.real.double() * w_S).sum()
+        if y.is_complex():
+            value = value + (y.imag.double() * w.flip(-2)).sum() + (S.imag.double() * w_S.flip(-1)).sum()
+        return value
+
+    def grads(inputs, forward):
+        inputs = [None if t is None else t.detach().clone().requires_grad_(True) for t in inputs]
+        y, S = forward(*inputs)
+        loss(y, S).backward()
+        return y, S, [None if t is None else t.grad for t in inputs]
+
+    def recurrent(q, k, v, la, ph, h0):
+        a = la.exp() if ph is None else torch.polar(la.exp(), ph)
+        return gateloop(q, k, v, a, h0=h0, mode="recurrent", return_state=True)
+
+    def kernels(q, k, v, la, ph, h0):
+        return gl.gateloop_triton_log(q, k, v, la, ph, h0=h0, return_state=True)
+
+    y_ref, S_ref, ref = grads([to64(t) for t in (q, k, v, log_a, phase, h0)], recurrent)
+    y, S, out = grads([q, k, v, log_a, phase, h0], kernels)
+    check(y, y_ref, tol, f"{what}: y")
+    check(S, S_ref, tol, f"{what}: S_L")
+    for name, g, r in zip(["q", "k", "v", "log|a|", "arg a", "h0"], out, ref):
+        if r is not None:
+            check(g, r, tol, f"{what}: grad {name}")
+
+
 @pytest.mark.parametrize("L,kind", [(65, "complex"), (100, "real")])
 def test_sharp_gates_overflow_the_chunk_wide_form_but_not_the_subchunks(L, kind):
     """``log|a|`` from -50 to -20 a step on half the key channels: ``e^-g`` reaches ``e^1000`` within a chunk, far
@@ -122,15 +159,18 @@ def test_sharp_gates_overflow_the_chunk_wide_form_but_not_the_subchunks(L, kind)
         qq, kk = (t.real.to(dtype) for t in (q, k))
         A = chunk_wide_attention(qq, kk, log_a.to(dtype))
         assert not all(torch.isfinite(block).all() for block in A), f"chunk-wide form finite in {dtype}"
-    check_against_recurrence(q, k, v, a, f"sharp gates L={L} {kind}")
+    phase = torch.angle(a) if kind == "complex" else None
+    check_log_against_recurrence(q, k, v, log_a, phase, f"sharp gates L={L} {kind}")
+    if kind == "real":                      # through a itself as well
+        check_against_recurrence(q, k, v, a, f"sharp gates L={L} {kind}, gradient of a")
 
 
 def test_sharp_gates_every_channel_near_resets():
-    """Every channel at ``log|a|`` -50 .. -20 (each step all but forgets the past): the output is the current token's
-    ``q_n k_n^T v_n`` to float32's precision, and nothing overflows or turns NaN, forward or backward."""
-    q, k, v, a = sharp_inputs(80, 16, 16, complex_=True)
-    a = torch.polar(torch.exp(torch.empty(a.shape).uniform_(-50.0, -20.0)), torch.angle(a))
-    check_against_recurrence(q, k, v, a, "near resets")
+    """Every channel at ``log|a|`` -50 .. -20 (each step all but forgets the past), complex: nothing overflows or
+    turns NaN, forward or backward, and every gradient matches the float64 recurrence's."""
+    q, k, v, a = make_inputs(1, 2, 80, 16, 16, complex_=True)
+    log_a = torch.empty(a.shape).uniform_(-50.0, -20.0)
+    check_log_against_recurrence(q, k, v, log_a, torch.angle(a), "near resets")
 
 
 def test_subchunk_attention_matches_lesson_06_form():

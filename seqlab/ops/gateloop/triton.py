@@ -745,9 +745,9 @@ if triton is not None:
                 offs_k = kt * BK + tl.arange(0, BK)
                 qr, qi = _tile(q_re, q_im, bh, rI, L, offs_s, offs_k, DK, CPLX)                  # (S, BK)
                 kr, ki = _tile(k_re, k_im, bh, rJ, L, offs_s, offs_k, DK, CPLX)
-                _, _, _, e_re, e_im, _, _ = _from_start(
+                lam_i, pi_re, pi_im, e_re, e_im, ti_re, ti_im = _from_start(
                     la, ph_re, ph_im, bh, rI, L, NSUB, offs_s, offs_k, DK, S, PHASE, CPLX)      # exp(gl_I) Q_n
-                _, pj_re, pj_im = _transitions(la, ph_re, ph_im, bh, rJ, L, NSUB, offs_s, offs_k, DK, S, PHASE)
+                lam_j, pj_re, pj_im = _transitions(la, ph_re, ph_im, bh, rJ, L, NSUB, offs_s, offs_k, DK, S, PHASE)
                 f_re, f_im = _to_end(la, bh, rJ, L, offs_s, offs_k, DK, pj_re, pj_im, S, PHASE, CPLX)  # exp(el_J)
                 mid, m_re, m_im = _across(la, ph_re, ph_im, bh, c * C, J + 1, I, L, NSUB, offs_s, offs_k, DK,
                                           S, BK, PHASE)
@@ -792,7 +792,7 @@ if triton is not None:
         yr = tl.zeros((S, BV), dtype=q_re.dtype.element_ty)
         yi = tl.zeros((S, BV), dtype=q_re.dtype.element_ty)
         for J in range(I + 1):
-            _, a_re, a_im = _block(A_re, A_im, bh * NT + c, I, J, offs_s, C, S, CPLX)
+            p_a, a_re, a_im = _block(A_re, A_im, bh * NT + c, I, J, offs_s, C, S, CPLX)
             vr, vi = _tile(v_re, v_im, bh, c * C + J * S, L, offs_s, offs_v, DV, CPLX)         # (S, BV)
             ur, ui = _cmm(a_re, a_im, vr, vi, DOT, PREC, CPLX)                                    # A[I, J] v_J
             yr += ur
@@ -801,11 +801,11 @@ if triton is not None:
         for kt in range(tl.cdiv(DK, BK)):
             offs_k = kt * BK + tl.arange(0, BK)
             qr, qi = _tile(q_re, q_im, bh, rI, L, offs_s, offs_k, DK, CPLX)
-            _, _, _, e_re, e_im, _, _ = _from_start(la, ph_re, ph_im, bh, rI, L, NSUB, offs_s, offs_k, DK, S,
-                                                    PHASE, CPLX)
+            lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(la, ph_re, ph_im, bh, rI, L, NSUB, offs_s, offs_k,
+                                                                  DK, S, PHASE, CPLX)
             pre, m_re, m_im = _across(la, ph_re, ph_im, bh, c * C, 0, I, L, NSUB, offs_s, offs_k, DK, S, BK, PHASE)
             e_re, e_im = _scaled(e_re, e_im, pre, m_re, m_im, False, PHASE, CPLX)                # exp(g) from c*C
-            _, _, S_re, S_im = _state_tile(hs_re, hs_im, state, offs_k, offs_v, DK, DV, CPLX)
+            p_st, m_st, S_re, S_im = _state_tile(hs_re, hs_im, state, offs_k, offs_v, DK, DV, CPLX)
             qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)
             ur, ui = _cmm(qe_re, qe_im, S_re, S_im, DOT, PREC, CPLX)                             # (q . exp(g)) S_in
             yr += ur
@@ -886,7 +886,7 @@ if triton is not None:
         for vt in range(tl.cdiv(DV, BV)):
             offs_v = vt * BV + tl.arange(0, BV)
             # S_K: the keys of the sub-chunks J = K-1 .. 0, the decay between J and K carried as (mid, P_mid)
-            _, _, S_re, S_im = _state_tile(hs_re, hs_im, state, offs_k, offs_v, DK, DV, CPLX)     # S_in (BK, BV)
+            p_st, m_st, S_re, S_im = _state_tile(hs_re, hs_im, state, offs_k, offs_v, DK, DV, CPLX)  # S_in (BK, BV)
             Sk_re = tl.zeros((BK, BV), dtype=q_re.dtype.element_ty)
             Sk_im = tl.zeros((BK, BV), dtype=q_re.dtype.element_ty)
             mid = tl.zeros((BK,), dtype=q_re.dtype.element_ty)
@@ -914,7 +914,7 @@ if triton is not None:
             if CPLX:
                 S_im = Sk_im + s_im
             # dS_K: the queries of the sub-chunks I = K+1 .. C/S-1, the decay between K and I carried likewise
-            _, _, dS_re, dS_im = _state_tile(dhs_re, dhs_im, state, offs_k, offs_v, DK, DV, CPLX)  # dS_out
+            p_st, m_st, dS_re, dS_im = _state_tile(dhs_re, dhs_im, state, offs_k, offs_v, DK, DV, CPLX)  # dS_out
             dSk_re = tl.zeros((BK, BV), dtype=q_re.dtype.element_ty)
             dSk_im = tl.zeros((BK, BV), dtype=q_re.dtype.element_ty)
             mid = tl.zeros((BK,), dtype=q_re.dtype.element_ty)
@@ -924,7 +924,7 @@ if triton is not None:
                 rI = c * C + I * S
                 qr, qi = _tile(q_re, q_im, bh, rI, L, offs_s, offs_k, DK, CPLX)
                 gr, gi = _tile(g_re, g_im, bh, rI, L, offs_s, offs_v, DV, CPLX)
-                lam, pi_re, pi_im, e_re, e_im, _, _ = _from_start(
+                lam, pi_re, pi_im, e_re, e_im, ti_re, ti_im = _from_start(
                     la, ph_re, ph_im, bh, rI, L, NSUB, offs_s, offs_k, DK, S, PHASE, CPLX)
                 e_re, e_im = _scaled(e_re, e_im, mid, c_re, c_im, False, PHASE, CPLX)
                 qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)
@@ -1040,7 +1040,7 @@ if triton is not None:
         xr = tl.zeros((S, BV), dtype=g_re.dtype.element_ty)
         xi = tl.zeros((S, BV), dtype=g_re.dtype.element_ty)
         for I in range(K, C // S):
-            _, a_re, a_im = _block(A_re, A_im, bh * NT + c, I, K, offs_s, C, S, CPLX)
+            p_a, a_re, a_im = _block(A_re, A_im, bh * NT + c, I, K, offs_s, C, S, CPLX)
             ah_re, ah_im = _conj(a_re, a_im, True, CPLX)
             gr, gi = _tile(g_re, g_im, bh, c * C + I * S, L, offs_s, offs_v, DV, CPLX)
             ur, ui = _cmm(ah_re, ah_im, gr, gi, DOT, PREC, CPLX)                                # A[I, K]^H G_I
@@ -1050,12 +1050,13 @@ if triton is not None:
         for kt in range(tl.cdiv(DK, BK)):
             offs_k = kt * BK + tl.arange(0, BK)
             kr, ki = _tile(k_re, k_im, bh, row0, L, offs_s, offs_k, DK, CPLX)
-            _, p_re, p_im = _transitions(la, ph_re, ph_im, bh, row0, L, NSUB, offs_s, offs_k, DK, S, PHASE)
+            lam, p_re, p_im = _transitions(la, ph_re, ph_im, bh, row0, L, NSUB, offs_s, offs_k, DK, S, PHASE)
             E_re, E_im = _to_end(la, bh, row0, L, offs_s, offs_k, DK, p_re, p_im, S, PHASE, CPLX)
             post, m_re, m_im = _across(la, ph_re, ph_im, bh, c * C, K + 1, C // S, L, NSUB, offs_s, offs_k, DK,
                                        S, BK, PHASE)
             E_re, E_im = _scaled(E_re, E_im, post, m_re, m_im, False, PHASE, CPLX)
-            _, _, dS_re, dS_im = _state_tile(dhs_re, dhs_im, (bh * NT + c) * DK * DV, offs_k, offs_v, DK, DV, CPLX)
+            p_st, m_st, dS_re, dS_im = _state_tile(dhs_re, dhs_im, (bh * NT + c) * DK * DV, offs_k, offs_v, DK, DV,
+                                                   CPLX)
             ke_re, ke_im = _cmul(kr, ki, E_re, E_im, CPLX)
             kc_re, kc_im = _conj(ke_re, ke_im, False, CPLX)
             ur, ui = _cmm(kc_re, kc_im, dS_re, dS_im, DOT, PREC, CPLX)                          # conj(k . exp(E)) dS_out
@@ -1134,11 +1135,11 @@ _TENSOR_CORE_CONFIGS = {
 # The sub-chunk kernels' warps (tiles of 16 rows, key / value tiles of 16): none spills for sm_80 or sm_90 at any
 # precision, real or complex (ptxas -v: tests/ops/test_triton_spills.py).
 _SUBCHUNK_WARPS = {
-    "subchunk_states_kernel": 4,
-    "subchunk_attention_kernel": 4,
+    "subchunk_states_kernel": 8,
+    "subchunk_attention_kernel": 8,
     "subchunk_output_kernel": 4,
-    "subchunk_adjoint_kernel": 4,
-    "subchunk_dqk_kernel": 4,
+    "subchunk_adjoint_kernel": 8,
+    "subchunk_dqk_kernel": 8,
     "subchunk_dv_kernel": 8,
 }
 
