@@ -296,7 +296,7 @@ def test_a_lesson_opens_with_its_widgets_rendered(lab, page):
     rendered as widgets, not as their text fallbacks (``interactive(children=...``, ``0%|  | 0/150``)."""
     base, token = lab
     page.set_default_timeout(60_000)
-    page.goto(f"{base}/lab/tree/{FIRST_OPEN}?token={token}")
+    page.goto(f"{base}/lab/tree/{FIRST_OPEN}?token={token}&reset")    # the tour's tab of the other test closed
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=SERVER_START_S * 1000)
     slider = page.locator(".jp-OutputArea-output .widget-slider").first
     slider.scroll_into_view_if_needed()
@@ -332,10 +332,12 @@ def lessons_lab(tmp_path_factory, chromium_executable):
     root = tmp_path_factory.mktemp("lessons")
     folder = root / "my_notebooks"
     folder.mkdir()
+    copied = {}
     for lesson in LESSONS:
-        shutil.copy(lesson, folder / lesson.name)
+        copied[lesson.name] = lesson.read_bytes()       # what each copy must stay (the lesson may change meanwhile)
+        (folder / lesson.name).write_bytes(copied[lesson.name])
     with _jupyterlab(root, folder, sorted(folder.glob("*.ipynb")), autosave_s=AUTOSAVE_S) as (base, token):
-        yield base, token, folder
+        yield base, token, folder, copied
 
 
 def _widget_views(path: Path) -> int:
@@ -385,7 +387,7 @@ DIRTY_JS = """() => ({model: window.jupyterapp.shell.currentWidget.context.model
 # The controls (sliders, menus, buttons, boxes) drawn in the notebook's outputs, as seqlab-widget-restore marks them:
 # for each, whether it can be used (not inert, not inside an inert element), whether the red broken-chain icon is
 # drawn beside it, and the hint line its output shows.
-CONTROLS = (".widget-slider, .widget-dropdown, .widget-select, .widget-toggle-buttons, .widget-radio, "
+CONTROLS = (".widget-slider, .widget-dropdown, .widget-select, .widget-toggle-buttons, .widget-radio, .widget-play, "
             ".widget-button, .jupyter-button, .widget-checkbox, .widget-text, .widget-textarea")
 CONTROLS_JS = """selector => [...document.querySelectorAll('.jp-Notebook .jp-OutputArea-output')]
     .filter(o => !o.parentElement.closest('.jp-OutputArea-output'))
@@ -396,7 +398,7 @@ CONTROLS_JS = """selector => [...document.querySelectorAll('.jp-Notebook .jp-Out
                   .some(d => !['none', 'normal'].includes(getComputedStyle(d, '::before').content)),
         hint: getComputedStyle(o, '::before').content})))"""
 HINT = "run this cell to make them live"
-CONTROL_MODELS = r"^(?:\w*Slider|Dropdown|Select\w*|ToggleButtons|RadioButtons|Button|Checkbox|\w*Text|Textarea)Model$"
+CONTROL_MODELS = r"^(?:\w*Slider|Dropdown|Select\w*|\w*Buttons?|Checkbox|\w*Text|Textarea|Play|Combobox|\w*Picker|TagsInput|FileUpload)Model$"
 
 
 def _file_stamp(path: Path) -> tuple | None:
@@ -428,14 +430,14 @@ def _bytes_at_rest(page, path: Path, tries: int = 20) -> bytes:
     pytest.fail(f"{path.name}: each of {tries} reads met a save")
 
 
-def _keep_changed(saved: bytes, lesson: Path, attempt: int) -> str:
+def _keep_changed(saved: bytes, copied: bytes, name: str, attempt: int) -> str:
     """Keep the bytes the browser saved in place of a lesson in ``test-artifacts/`` and say what differs from the
-    committed one (the fields that differ, not the bytes: a lesson is a megabyte)."""
+    lesson as copied (the fields that differ, not the bytes: a lesson is a megabyte)."""
     ARTIFACTS.mkdir(exist_ok=True)
-    kept = ARTIFACTS / f"changed-open{attempt}-{lesson.name}"
+    kept = ARTIFACTS / f"changed-open{attempt}-{name}"
     kept.write_bytes(saved)
     try:
-        now, then = json.loads(saved.decode("utf-8")), json.loads(lesson.read_text(encoding="utf-8"))
+        now, then = json.loads(saved.decode("utf-8")), json.loads(copied.decode("utf-8"))
     except ValueError as err:
         return f"kept as {kept}; not JSON: {err}"
     diffs = [f"metadata.{k}" for k in sorted(set(now.get("metadata", {})) | set(then.get("metadata", {})))
@@ -484,12 +486,13 @@ def _close_all_without_a_prompt(page, name: str) -> None:
 def test_opening_a_lesson_never_changes_it_and_its_widgets_render_every_time(lessons_lab, page, lesson):
     """A lesson opened and left open (autosave every second, widget state saved, as for learners) is not marked
     modified (no unsaved dot, no save, File > Close All closes it without a prompt), its saved controls are inert
-    with the hint line until the kernel runs their cell, and it stays byte-identical on disk, compared once its widgets are drawn and the page has saved all it had to (the page says
-    so); at each of :data:`OPENS` fresh opens (its kernel shut down in between) its saved
+    with the hint line until the kernel runs their cell, and it stays byte-identical on disk, compared once its
+    widgets are drawn and the page is at rest (the page says so); at each of :data:`OPENS` fresh opens (its kernel shut down in between) its saved
     widgets are drawn and none says "Error displaying widget: model not found" (seqlab-widget-restore runs the
     widget manager's restores one at a time: without it, which widgets lose that race changes per open)."""
-    base, token, folder = lessons_lab
-    path, views, committed = folder / lesson.name, _widget_views(lesson), lesson.read_bytes()
+    base, token, folder, copied = lessons_lab
+    path, committed = folder / lesson.name, copied[lesson.name]
+    views = _widget_views(path)
     page.set_default_timeout(60_000)
     try:
         for attempt in range(OPENS):
@@ -501,11 +504,11 @@ def test_opening_a_lesson_never_changes_it_and_its_widgets_render_every_time(les
             saved = _bytes_at_rest(page, path)
             unchanged = saved == committed    # a bool: pytest would diff a megabyte for hours
             assert unchanged, f"{lesson.name} changed on disk after open {attempt + 1}: " \
-                              f"{_keep_changed(saved, lesson, attempt + 1)}"
+                              f"{_keep_changed(saved, committed, lesson.name, attempt + 1)}"
             assert page.evaluate(DIRTY_JS) == {"model": False, "tabs": 0}, \
                 f"{lesson.name}, open {attempt + 1}: marked modified although nothing was edited"
             assert page.evaluate("() => window.seqlabSaves.started") == 0, f"{lesson.name}: saved at open"
-            _assert_saved_controls_wait_for_the_kernel(page, lesson.name, _saved_controls(lesson))
+            _assert_saved_controls_wait_for_the_kernel(page, lesson.name, _saved_controls(path))
             assert page.evaluate(f"() => window.jupyterapp.isPluginActivated('{RESTORE_PLUGIN}')"), "not loaded"
             lost = page.locator(".jp-OutputArea-output:has-text('Error displaying widget')").count()
             assert lost == 0, f"{lesson.name}, open {attempt + 1}: {lost} widgets not displayed (model not found)"

@@ -38,7 +38,7 @@ var _JUPYTERLAB;
   var BASE = "@jupyter-widgets/base";
   // what a student can change, by model name: sliders (integer, float, log, selection), menus, buttons, boxes to tick
   // or type in (their views get their CSS classes only when drawn, after the first comm-live update)
-  var CONTROLS = /^(?:\w*Slider|Dropdown|Select\w*|ToggleButtons|RadioButtons|Button|Checkbox|\w*Text|Textarea)Model$/;
+  var CONTROLS = /^(?:\w*Slider|Dropdown|Select\w*|\w*Buttons?|Checkbox|\w*Text|Textarea|Play|Combobox|\w*Picker|TagsInput|FileUpload)Model$/;
   var HINT = "Saved controls: run this cell to make them live.";
   var STYLE = [
     ".jupyter-widgets-disconnected::before { content: none !important; display: none !important; }",
