@@ -94,7 +94,8 @@ KERNELS = ("chunk_states_kernel", "chunk_attention_kernel", "chunk_output_kernel
 SUBCHUNK = 16
 SUBCHUNKS = False
 SUBCHUNK_KERNELS = ("subchunk_states_kernel", "subchunk_attention_kernel", "subchunk_output_kernel",
-                    "subchunk_adjoint_kernel", "subchunk_dqk_kernel", "subchunk_dv_kernel")
+                    "subchunk_adjoint_kernel", "subchunk_boundary_kernel", "subchunk_dv_kernel")
+# and chunk_dqk_kernel, run with the sub-chunks as its chunks (C = SUBCHUNK) on the states subchunk_boundary_kernel forms
 PRECISIONS = ("ieee", "tf32x3", "tf32", "bf16")   # the chunk products' precision: see _mm
 _INTERPRETER = os.environ.get("TRITON_INTERPRET", "0") == "1"    # seqlab.kernels sets it where there is no GPU
 # What a helper returns in the imaginary slot on the real path (CPLX=False): a constant the compiler drops, since
@@ -694,25 +695,25 @@ if triton is not None:
         offs_k = (kv // tl.cdiv(DV, BV)) * BK + tl.arange(0, BK)
         offs_v = (kv % tl.cdiv(DV, BV)) * BV + tl.arange(0, BV)
         p_s, m_s, S_re, S_im = _state_tile(h0_re, h0_im, bh * DK * DV, offs_k, offs_v, DK, DV, CPLX)  # S_0 (BK, BV)
-        for c in range(NT):
-            tl.store(hs_re + (bh * NT + c) * DK * DV + p_s, S_re, mask=m_s)
+        for j in range(NSUB):
+            first = m_s & (j % (C // S) == 0)                                           # a chunk starts here
+            tl.store(hs_re + (bh * NT + j // (C // S)) * DK * DV + p_s, S_re, mask=first)
             if CPLX:
-                tl.store(hs_im + (bh * NT + c) * DK * DV + p_s, S_im, mask=m_s)
-            for J in range(C // S):
-                row0 = c * C + J * S
-                kr, ki = _tile(k_re, k_im, bh, row0, L, offs_s, offs_k, DK, CPLX)       # (S, BK)
-                vr, vi = _tile(v_re, v_im, bh, row0, L, offs_s, offs_v, DV, CPLX)       # (S, BV)
-                lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
-                    la, ph_re, ph_im, bh, row0, L, NSUB, offs_s, offs_k, DK, S, PHASE, CPLX)
-                E_re, E_im = _to_end(la, bh, row0, L, offs_s, offs_k, DK, p_re, p_im, S, PHASE, CPLX)
-                ke_re, ke_im = _cmul(kr, ki, E_re, E_im, CPLX)                           # k_m . exp(E_m)
-                kt_re, kt_im = _trans(ke_re, ke_im, CPLX)
-                nr, ni = _cmm(kt_re, kt_im, vr, vi, DOT, PREC, CPLX)                     # (BK, BV)
-                if CPLX:
-                    S_re, S_im = (t_re[:, None] * S_re - t_im[:, None] * S_im + nr,
-                                  t_re[:, None] * S_im + t_im[:, None] * S_re + ni)
-                else:
-                    S_re = t_re[:, None] * S_re + nr
+                tl.store(hs_im + (bh * NT + j // (C // S)) * DK * DV + p_s, S_im, mask=first)
+            row0 = j * S
+            kr, ki = _tile(k_re, k_im, bh, row0, L, offs_s, offs_k, DK, CPLX)       # (S, BK)
+            vr, vi = _tile(v_re, v_im, bh, row0, L, offs_s, offs_v, DV, CPLX)       # (S, BV)
+            lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
+                la, ph_re, ph_im, bh, row0, L, NSUB, offs_s, offs_k, DK, S, PHASE, CPLX)
+            E_re, E_im = _to_end(la, bh, row0, L, offs_s, offs_k, DK, p_re, p_im, S, PHASE, CPLX)
+            ke_re, ke_im = _cmul(kr, ki, E_re, E_im, CPLX)                           # k_m . exp(E_m)
+            kt_re, kt_im = _trans(ke_re, ke_im, CPLX)
+            nr, ni = _cmm(kt_re, kt_im, vr, vi, DOT, PREC, CPLX)                     # (BK, BV)
+            if CPLX:
+                S_re, S_im = (t_re[:, None] * S_re - t_im[:, None] * S_im + nr,
+                              t_re[:, None] * S_im + t_im[:, None] * S_re + ni)
+            else:
+                S_re = t_re[:, None] * S_re + nr
         tl.store(sL_re + bh * DK * DV + p_s, S_re, mask=m_s)
         if CPLX:
             tl.store(sL_im + bh * DK * DV + p_s, S_im, mask=m_s)
@@ -827,202 +828,111 @@ if triton is not None:
         offs_k = (kv // tl.cdiv(DV, BV)) * BK + tl.arange(0, BK)
         offs_v = (kv % tl.cdiv(DV, BV)) * BV + tl.arange(0, BV)
         p_s, m_s, dS_re, dS_im = _state_tile(gS_re, gS_im, bh * DK * DV, offs_k, offs_v, DK, DV, CPLX)
-        for i in range(NT):
-            c = NT - 1 - i
-            tl.store(dhs_re + (bh * NT + c) * DK * DV + p_s, dS_re, mask=m_s)
+        for i in range(NSUB):
+            j = NSUB - 1 - i
+            last = m_s & (j % (C // S) == C // S - 1)                                  # a chunk ends here
+            tl.store(dhs_re + (bh * NT + j // (C // S)) * DK * DV + p_s, dS_re, mask=last)
             if CPLX:
-                tl.store(dhs_im + (bh * NT + c) * DK * DV + p_s, dS_im, mask=m_s)
-            for jj in range(C // S):
-                row0 = c * C + (C // S - 1 - jj) * S
-                qr, qi = _tile(q_re, q_im, bh, row0, L, offs_s, offs_k, DK, CPLX)
-                gr, gi = _tile(g_re, g_im, bh, row0, L, offs_s, offs_v, DV, CPLX)     # G = dL/dy  (S, BV)
-                lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
-                    la, ph_re, ph_im, bh, row0, L, NSUB, offs_s, offs_k, DK, S, PHASE, CPLX)
-                qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)
-                qh_re, qh_im = _conj(qe_re, qe_im, True, CPLX)
-                ar, ai = _cmm(qh_re, qh_im, gr, gi, DOT, PREC, CPLX)                     # (q . exp(gl))^H G
-                if CPLX:
-                    dS_re, dS_im = (t_re[:, None] * dS_re + t_im[:, None] * dS_im + ar,
-                                    t_re[:, None] * dS_im - t_im[:, None] * dS_re + ai)
-                else:
-                    dS_re = t_re[:, None] * dS_re + ar
+                tl.store(dhs_im + (bh * NT + j // (C // S)) * DK * DV + p_s, dS_im, mask=last)
+            row0 = j * S
+            qr, qi = _tile(q_re, q_im, bh, row0, L, offs_s, offs_k, DK, CPLX)
+            gr, gi = _tile(g_re, g_im, bh, row0, L, offs_s, offs_v, DV, CPLX)     # G = dL/dy  (S, BV)
+            lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
+                la, ph_re, ph_im, bh, row0, L, NSUB, offs_s, offs_k, DK, S, PHASE, CPLX)
+            qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)
+            qh_re, qh_im = _conj(qe_re, qe_im, True, CPLX)
+            ar, ai = _cmm(qh_re, qh_im, gr, gi, DOT, PREC, CPLX)                     # (q . exp(gl))^H G
+            if CPLX:
+                dS_re, dS_im = (t_re[:, None] * dS_re + t_im[:, None] * dS_im + ar,
+                                t_re[:, None] * dS_im - t_im[:, None] * dS_re + ai)
+            else:
+                dS_re = t_re[:, None] * dS_re + ar
         tl.store(dh0_re + bh * DK * DV + p_s, dS_re, mask=m_s)
         if CPLX:
             tl.store(dh0_im + bh * DK * DV + p_s, dS_im, mask=m_s)
 
     @triton.jit
-    def subchunk_dqk_kernel(q_re, q_im, k_re, k_im, v_re, v_im, la, ph_re, ph_im, g_re, g_im, hs_re, hs_im, dhs_re,
-                            dhs_im, dq_re, dq_im, dk_re, dk_im, dl_re, dl_im,
-                            L, DK, DV, NT,
-                            C: tl.constexpr, S: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                            DOT: tl.constexpr, PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
-        """``dq``, ``dk`` and ``dL/dlog a`` of one sub-chunk K and key tile; grid (BH * NT * C/S * key tiles,).
-
-        The state entering K and the adjoint leaving it are formed here from the chunk's, with the off-diagonal
-        sub-chunks as ``tl.dot`` s of boundary-referenced factors (exponents ``<= 0``)::
+    def subchunk_boundary_kernel(q_re, q_im, k_re, k_im, v_re, v_im, la, ph_re, ph_im, g_re, g_im, hs_re, hs_im,
+                                 dhs_re, dhs_im, hk_re, hk_im, dhk_re, dhk_im,
+                                 L, DK, DV, NT,
+                                 C: tl.constexpr, S: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                                 DOT: tl.constexpr, PHASE: tl.constexpr, CPLX: tl.constexpr, PREC: tl.constexpr):
+        """For the backward: the state entering sub-chunk K and the adjoint leaving it, ``S_K`` and ``dS_K`` into
+        ``hk``, ``dhk`` (BH, NT * C/S, DK, DV), formed from the chunk's ``S_in`` and ``dS_out`` with the other
+        sub-chunks as ``tl.dot`` s of boundary-referenced factors (every exponent ``<= 0``)::
 
             S_K  = diag(exp(g_<K) P_<K) S_in + sum_{J<K} (k_J . exp(el_J + mid) Q_last conj(Q) P_mid)^T v_J
             dS_K = diag(conj(exp(g_>K) P_>K)) dS_out + sum_{I>K} (q_I . exp(gl_I + mid) Q P_mid)^H G_I
 
-        (``g_<K``: the sub-chunks before K, ``g_>K`` those after it, ``mid`` those between), and then K is one chunk
-        of :func:`chunk_dqk_kernel`'s algorithm: its diagonal block exact, column by column, and the transitions'
-        gradient summed over every path directly (no telescoping difference)."""
-        t, c, bh = _program((C // S) * tl.cdiv(DK, BK), NT)
-        K = t // tl.cdiv(DK, BK)
+        (``g_<K``: the sub-chunks before K, ``g_>K`` those after it, ``mid`` those between J and K or K and I,
+        carried as a summed ``log|a|`` and a phasor). Then :func:`chunk_dqk_kernel` runs on the sub-chunks as its
+        chunks: the diagonal blocks exact and the transitions' gradient summed over every path directly.
+        Grid (BH * NT * C/S * key tiles * value tiles,)."""
+        t, c, bh = _program((C // S) * tl.cdiv(DK, BK) * tl.cdiv(DV, BV), NT)
+        K = t // (tl.cdiv(DK, BK) * tl.cdiv(DV, BV))
+        kv = t % (tl.cdiv(DK, BK) * tl.cdiv(DV, BV))
         NSUB = NT * (C // S)
         offs_s = tl.arange(0, S)
-        offs_k = (t % tl.cdiv(DK, BK)) * BK + tl.arange(0, BK)
-        row0 = c * C + K * S
+        offs_k = (kv // tl.cdiv(DV, BV)) * BK + tl.arange(0, BK)
+        offs_v = (kv % tl.cdiv(DV, BV)) * BV + tl.arange(0, BV)
         state = (bh * NT + c) * DK * DV
-        zero_ck = tl.zeros((S, BK), dtype=q_re.dtype.element_ty)
-        P_re = tl.zeros((S, S), dtype=q_re.dtype.element_ty)      # P = G v^H
-        GS_re = zero_ck                                            # G S_K^H            (S, BK)
-        W_re = zero_ck                                             # conj(v) dS_K^T     (S, BK)
-        o_re = tl.zeros((BK,), dtype=q_re.dtype.element_ty)        # sum_e dS_K conj(S_K)
-        if CPLX:
-            P_im = tl.zeros((S, S), dtype=q_re.dtype.element_ty)
-            GS_im, W_im = zero_ck, zero_ck
-            o_im = tl.zeros((BK,), dtype=q_re.dtype.element_ty)
-        for vt in range(tl.cdiv(DV, BV)):
-            offs_v = vt * BV + tl.arange(0, BV)
-            # S_K: the keys of the sub-chunks J = K-1 .. 0, the decay between J and K carried as (mid, P_mid)
-            p_st, m_st, S_re, S_im = _state_tile(hs_re, hs_im, state, offs_k, offs_v, DK, DV, CPLX)  # S_in (BK, BV)
-            Sk_re = tl.zeros((BK, BV), dtype=q_re.dtype.element_ty)
-            Sk_im = tl.zeros((BK, BV), dtype=q_re.dtype.element_ty)
-            mid = tl.zeros((BK,), dtype=q_re.dtype.element_ty)
-            c_re = tl.full((BK,), 1.0, dtype=q_re.dtype.element_ty)
-            c_im = tl.zeros((BK,), dtype=q_re.dtype.element_ty)
-            for i in range(K):
-                rJ = c * C + (K - 1 - i) * S
-                kr, ki = _tile(k_re, k_im, bh, rJ, L, offs_s, offs_k, DK, CPLX)
-                vr, vi = _tile(v_re, v_im, bh, rJ, L, offs_s, offs_v, DV, CPLX)
-                lam, pj_re, pj_im = _transitions(la, ph_re, ph_im, bh, rJ, L, NSUB, offs_s, offs_k, DK, S, PHASE)
-                f_re, f_im = _to_end(la, bh, rJ, L, offs_s, offs_k, DK, pj_re, pj_im, S, PHASE, CPLX)
-                f_re, f_im = _scaled(f_re, f_im, mid, c_re, c_im, False, PHASE, CPLX)
-                kf_re, kf_im = _cmul(kr, ki, f_re, f_im, CPLX)
-                kt_re, kt_im = _trans(kf_re, kf_im, CPLX)
-                nr, ni = _cmm(kt_re, kt_im, vr, vi, DOT, PREC, CPLX)
-                Sk_re += nr
-                if CPLX:
-                    Sk_im += ni
-                mid += tl.sum(lam, axis=0)
-                if PHASE:
-                    l_re, l_im = _last_phasor(pj_re, pj_im, offs_s, S, PHASE)
-                    c_re, c_im = c_re * l_re - c_im * l_im, c_re * l_im + c_im * l_re
-            s_re, s_im = _state_scaled(S_re, S_im, mid, c_re, c_im, False, PHASE, CPLX)
-            S_re = Sk_re + s_re
+        # S_K: the keys of the sub-chunks J = K-1 .. 0, the decay between J and K carried as (mid, P_mid)
+        Sk_re = tl.zeros((BK, BV), dtype=k_re.dtype.element_ty)
+        Sk_im = tl.zeros((BK, BV), dtype=k_re.dtype.element_ty)
+        mid = tl.zeros((BK,), dtype=k_re.dtype.element_ty)
+        c_re = tl.full((BK,), 1.0, dtype=k_re.dtype.element_ty)
+        c_im = tl.zeros((BK,), dtype=k_re.dtype.element_ty)
+        for i in range(K):
+            rJ = c * C + (K - 1 - i) * S
+            kr, ki = _tile(k_re, k_im, bh, rJ, L, offs_s, offs_k, DK, CPLX)
+            vr, vi = _tile(v_re, v_im, bh, rJ, L, offs_s, offs_v, DV, CPLX)
+            lam, pj_re, pj_im = _transitions(la, ph_re, ph_im, bh, rJ, L, NSUB, offs_s, offs_k, DK, S, PHASE)
+            f_re, f_im = _to_end(la, bh, rJ, L, offs_s, offs_k, DK, pj_re, pj_im, S, PHASE, CPLX)  # exp(el_J)
+            f_re, f_im = _scaled(f_re, f_im, mid, c_re, c_im, False, PHASE, CPLX)                # ... exp(mid)
+            kf_re, kf_im = _cmul(kr, ki, f_re, f_im, CPLX)
+            kt_re, kt_im = _trans(kf_re, kf_im, CPLX)
+            nr, ni = _cmm(kt_re, kt_im, vr, vi, DOT, PREC, CPLX)                                 # (BK, BV)
+            Sk_re += nr
             if CPLX:
-                S_im = Sk_im + s_im
-            # dS_K: the queries of the sub-chunks I = K+1 .. C/S-1, the decay between K and I carried likewise
-            p_st, m_st, dS_re, dS_im = _state_tile(dhs_re, dhs_im, state, offs_k, offs_v, DK, DV, CPLX)  # dS_out
-            dSk_re = tl.zeros((BK, BV), dtype=q_re.dtype.element_ty)
-            dSk_im = tl.zeros((BK, BV), dtype=q_re.dtype.element_ty)
-            mid = tl.zeros((BK,), dtype=q_re.dtype.element_ty)
-            c_re = tl.full((BK,), 1.0, dtype=q_re.dtype.element_ty)
-            c_im = tl.zeros((BK,), dtype=q_re.dtype.element_ty)
-            for I in range(K + 1, C // S):
-                rI = c * C + I * S
-                qr, qi = _tile(q_re, q_im, bh, rI, L, offs_s, offs_k, DK, CPLX)
-                gr, gi = _tile(g_re, g_im, bh, rI, L, offs_s, offs_v, DV, CPLX)
-                lam, pi_re, pi_im, e_re, e_im, ti_re, ti_im = _from_start(
-                    la, ph_re, ph_im, bh, rI, L, NSUB, offs_s, offs_k, DK, S, PHASE, CPLX)
-                e_re, e_im = _scaled(e_re, e_im, mid, c_re, c_im, False, PHASE, CPLX)
-                qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)
-                qh_re, qh_im = _conj(qe_re, qe_im, True, CPLX)
-                ar, ai = _cmm(qh_re, qh_im, gr, gi, DOT, PREC, CPLX)
-                dSk_re += ar
-                if CPLX:
-                    dSk_im += ai
-                mid += tl.sum(lam, axis=0)
-                if PHASE:
-                    l_re, l_im = _last_phasor(pi_re, pi_im, offs_s, S, PHASE)
-                    c_re, c_im = c_re * l_re - c_im * l_im, c_re * l_im + c_im * l_re
-            s_re, s_im = _state_scaled(dS_re, dS_im, mid, c_re, c_im, True, PHASE, CPLX)
-            dS_re = dSk_re + s_re
-            if CPLX:
-                dS_im = dSk_im + s_im
-            # from here on, chunk_dqk_kernel's accumulation over the value tiles, for the sub-chunk K
-            vr, vi = _tile(v_re, v_im, bh, row0, L, offs_s, offs_v, DV, CPLX)     # (S, BV)
-            gr, gi = _tile(g_re, g_im, bh, row0, L, offs_s, offs_v, DV, CPLX)
-            vh_re, vh_im = _conj(vr, vi, True, CPLX)
-            Sh_re, Sh_im = _conj(S_re, S_im, True, CPLX)
-            vc_re, vc_im = _conj(vr, vi, False, CPLX)
-            dSt_re, dSt_im = _trans(dS_re, dS_im, CPLX)
-            pr, pi = _cmm(gr, gi, vh_re, vh_im, DOT, PREC, CPLX)
-            hr, hi = _cmm(gr, gi, Sh_re, Sh_im, DOT, PREC, CPLX)
-            wr, wi = _cmm(vc_re, vc_im, dSt_re, dSt_im, DOT, PREC, CPLX)
-            or_, oi = _cmulc(S_re, S_im, dS_re, dS_im, CPLX)
-            P_re += pr
-            GS_re += hr
-            W_re += wr
-            o_re += tl.sum(or_, axis=1)
-            if CPLX:
-                P_im += pi
-                GS_im += hi
-                W_im += wi
-                o_im += tl.sum(oi, axis=1)
-        if not CPLX:
-            P_im, GS_im, W_im, o_im = None, None, None, None
-        qr, qi = _tile(q_re, q_im, bh, row0, L, offs_s, offs_k, DK, CPLX)                 # (S, BK)
-        kr, ki = _tile(k_re, k_im, bh, row0, L, offs_s, offs_k, DK, CPLX)
-        lam, p_re, p_im, e_re, e_im, t_re, t_im = _from_start(
-                la, ph_re, ph_im, bh, row0, L, NSUB, offs_s, offs_k, DK, S, PHASE, CPLX)
-        E_re, E_im = _to_end(la, bh, row0, L, offs_s, offs_k, DK, p_re, p_im, S, PHASE, CPLX)
-        # the state parts: dq = conj(exp(gl)) . (G S_K^H), dk = conj(exp(el)) . W
-        dqr, dqi = _cmulc(e_re, e_im, GS_re, GS_im, CPLX)
-        dkr, dki = _cmulc(E_re, E_im, W_re, W_im, CPLX)
-        # dlog a_j, path (2): sum_{n >= j} conj(q_n . exp(gl_n)) . (G_n S_K^H)
-        qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)
-        s_re, s_im = _cmulc(qe_re, qe_im, GS_re, GS_im, CPLX)
-        # path (4): conj(exp(gl_last)) . sum_e dS_K conj(S_K), the same for every j
-        u_re, u_im = _cmulc(t_re, t_im, o_re, o_im, CPLX)
-        dlr = tl.cumsum(s_re, axis=0, reverse=True) + u_re[None, :]
-        if CPLX:
-            dli = tl.cumsum(s_im, axis=0, reverse=True) + u_im[None, :]
-        # path (3) needs V_m = conj(k_m . exp(el_m)) . W_m, summed over m < j
-        ke_re, ke_im = _cmul(kr, ki, E_re, E_im, CPLX)
-        V_re, V_im = _cmulc(ke_re, ke_im, W_re, W_im, CPLX)
-        for m in range(S):                      # the diagonal block, exact: chunk_dqk_kernel's loop over S columns
-            col_m = offs_s[None, :] == m
-            here = offs_s[:, None] == m
-            after = offs_s[:, None] > m
-            w_re = tl.where(offs_s[:, None] >= m, tl.exp(tl.cumsum(tl.where(after, lam, 0.0), axis=0)), 0.0)
+                Sk_im += ni
+            mid += tl.sum(lam, axis=0)
             if PHASE:
-                pw_re = tl.sum(tl.where(here, p_re, 0.0), axis=0)[None, :]
-                pw_im = tl.sum(tl.where(here, p_im, 0.0), axis=0)[None, :]
-                w_re, w_im = w_re * (p_re * pw_re + p_im * pw_im), w_re * (p_im * pw_re - p_re * pw_im)
-            elif CPLX:
-                w_im = tl.zeros_like(w_re)
-            pm_re = tl.sum(tl.where(col_m, P_re, 0.0), axis=1)[:, None]              # P[:, m]  (S, 1)
-            km_re = tl.sum(tl.where(here, kr, 0.0), axis=0)[None, :]                 # k_m  (1, BK)
+                l_re, l_im = _last_phasor(pj_re, pj_im, offs_s, S, PHASE)
+                c_re, c_im = c_re * l_re - c_im * l_im, c_re * l_im + c_im * l_re
+        p_s, m_s, S_re, S_im = _state_tile(hs_re, hs_im, state, offs_k, offs_v, DK, DV, CPLX)       # S_in
+        s_re, s_im = _state_scaled(S_re, S_im, mid, c_re, c_im, False, PHASE, CPLX)
+        sub = (bh * NSUB + c * (C // S) + K) * DK * DV
+        tl.store(hk_re + sub + p_s, Sk_re + s_re, mask=m_s)
+        if CPLX:
+            tl.store(hk_im + sub + p_s, Sk_im + s_im, mask=m_s)
+        # dS_K: the queries of the sub-chunks I = K+1 .. C/S-1, the decay between K and I carried likewise
+        dSk_re = tl.zeros((BK, BV), dtype=k_re.dtype.element_ty)
+        dSk_im = tl.zeros((BK, BV), dtype=k_re.dtype.element_ty)
+        mid = tl.zeros((BK,), dtype=k_re.dtype.element_ty)
+        c_re = tl.full((BK,), 1.0, dtype=k_re.dtype.element_ty)
+        c_im = tl.zeros((BK,), dtype=k_re.dtype.element_ty)
+        for I in range(K + 1, C // S):
+            rI = c * C + I * S
+            qr, qi = _tile(q_re, q_im, bh, rI, L, offs_s, offs_k, DK, CPLX)
+            gr, gi = _tile(g_re, g_im, bh, rI, L, offs_s, offs_v, DV, CPLX)
+            lam, pi_re, pi_im, e_re, e_im, ti_re, ti_im = _from_start(
+                la, ph_re, ph_im, bh, rI, L, NSUB, offs_s, offs_k, DK, S, PHASE, CPLX)          # exp(gl_I) Q
+            e_re, e_im = _scaled(e_re, e_im, mid, c_re, c_im, False, PHASE, CPLX)                # ... exp(mid)
+            qe_re, qe_im = _cmul(qr, qi, e_re, e_im, CPLX)
+            qh_re, qh_im = _conj(qe_re, qe_im, True, CPLX)
+            ar, ai = _cmm(qh_re, qh_im, gr, gi, DOT, PREC, CPLX)                                 # (BK, BV)
+            dSk_re += ar
             if CPLX:
-                pm_im = tl.sum(tl.where(col_m, P_im, 0.0), axis=1)[:, None]
-                km_im = tl.sum(tl.where(here, ki, 0.0), axis=0)[None, :]
-                x_re = km_re * w_re - km_im * w_im
-                x_im = km_re * w_im + km_im * w_re
-                dqr += x_re * pm_re + x_im * pm_im
-                dqi += x_re * pm_im - x_im * pm_re
-                y_re = qr * w_re - qi * w_im
-                y_im = qr * w_im + qi * w_re
-                dkr += tl.where(here, tl.sum(y_re * pm_re + y_im * pm_im, axis=0)[None, :], 0.0)
-                dki += tl.where(here, tl.sum(y_re * pm_im - y_im * pm_re, axis=0)[None, :], 0.0)
-                z_re = y_re * km_re - y_im * km_im
-                z_im = y_re * km_im + y_im * km_re
-                dlr += tl.where(after, tl.cumsum(z_re * pm_re + z_im * pm_im, axis=0, reverse=True)
-                                + tl.sum(tl.where(here, V_re, 0.0), axis=0)[None, :], 0.0)
-                dli += tl.where(after, tl.cumsum(z_re * pm_im - z_im * pm_re, axis=0, reverse=True)
-                                + tl.sum(tl.where(here, V_im, 0.0), axis=0)[None, :], 0.0)
-            else:
-                dqr += km_re * w_re * pm_re
-                yp = qr * w_re * pm_re
-                dkr += tl.where(here, tl.sum(yp, axis=0)[None, :], 0.0)
-                dlr += tl.where(after, tl.cumsum(yp * km_re, axis=0, reverse=True)
-                                + tl.sum(tl.where(here, V_re, 0.0), axis=0)[None, :], 0.0)
-        if not CPLX:
-            dli = None
-        _store_tile(dq_re, dq_im, bh, row0, L, offs_s, offs_k, DK, dqr, dqi, CPLX)
-        _store_tile(dk_re, dk_im, bh, row0, L, offs_s, offs_k, DK, dkr, dki, CPLX)
-        _store_tile(dl_re, dl_im, bh, row0, L, offs_s, offs_k, DK, dlr, dli, CPLX)
+                dSk_im += ai
+            mid += tl.sum(lam, axis=0)
+            if PHASE:
+                l_re, l_im = _last_phasor(pi_re, pi_im, offs_s, S, PHASE)
+                c_re, c_im = c_re * l_re - c_im * l_im, c_re * l_im + c_im * l_re
+        p_d, m_d, dS_re, dS_im = _state_tile(dhs_re, dhs_im, state, offs_k, offs_v, DK, DV, CPLX)   # dS_out
+        s_re, s_im = _state_scaled(dS_re, dS_im, mid, c_re, c_im, True, PHASE, CPLX)
+        tl.store(dhk_re + sub + p_s, dSk_re + s_re, mask=m_s)
+        if CPLX:
+            tl.store(dhk_im + sub + p_s, dSk_im + s_im, mask=m_s)
 
     @triton.jit
     def subchunk_dv_kernel(k_re, k_im, la, ph_re, ph_im, g_re, g_im, dhs_re, dhs_im, A_re, A_im, dv_re, dv_im,
@@ -1135,11 +1045,11 @@ _TENSOR_CORE_CONFIGS = {
 # The sub-chunk kernels' warps (tiles of 16 rows, key / value tiles of 16): none spills for sm_80 or sm_90 at any
 # precision, real or complex (ptxas -v: tests/ops/test_triton_spills.py).
 _SUBCHUNK_WARPS = {
-    "subchunk_states_kernel": 8,
+    "subchunk_states_kernel": 4,
     "subchunk_attention_kernel": 8,
     "subchunk_output_kernel": 4,
-    "subchunk_adjoint_kernel": 8,
-    "subchunk_dqk_kernel": 8,
+    "subchunk_adjoint_kernel": 4,
+    "subchunk_boundary_kernel": 4,
     "subchunk_dv_kernel": 8,
 }
 
@@ -1279,9 +1189,8 @@ class _Launch:
         """:func:`chunk_attention_kernel`: every chunk's intra-chunk attention ``A`` ``(BH, NT, C, C)``."""
         A = self.empty(q[0], self.BH, self.NT, self.C, self.C)
         if self.sub:            # a program per block (I, J) of sub-chunks
-            consts = {name: value for name, value in self.consts.items()}
             self.launch("subchunk_attention_kernel", lambda m: self.NT * self.NS * self.NS, *q, *k, *self.a, *A,
-                        self.L, self.DK, self.NT, **consts)
+                        self.L, self.DK, self.NT, **self.consts)
         else:
             self.launch("chunk_attention_kernel", lambda m: self.NT, *q, *k, *self.a, *A, self.L, self.DK, self.NT,
                         C=self.C, PHASE=self.phase, CPLX=self.cplx)
@@ -1327,8 +1236,22 @@ class _GateLoopTriton(torch.autograd.Function):
         run.launch(run.kernel("adjoint"), lambda m: run.key_tiles(m) * run.value_tiles(m),
                    *q, *run.a, *G, *gS, *dhs, *dh0, *run.sizes, **run.consts)
         dq, dk, dl = (run.empty(q_re, *q_re.shape) for _ in range(3))
-        run.launch(run.kernel("dqk"), lambda m: run.NT * run.NS * run.key_tiles(m),
-                   *q, *k, *v, *run.a, *G, *hs, *dhs, *dq, *dk, *dl, *run.sizes, **run.consts)
+        if run.sub:
+            # the state entering and the adjoint leaving every sub-chunk, then chunk_dqk_kernel on the sub-chunks
+            NSUB = run.NT * run.NS
+            hk = run.empty(hs[0], BH, NSUB, DK, run.DV)
+            dhk = run.empty(hs[0], BH, NSUB, DK, run.DV)
+            run.launch("subchunk_boundary_kernel", lambda m: run.NT * run.NS * run.key_tiles(m) * run.value_tiles(m),
+                       *q, *k, *v, *run.a, *G, *hs, *dhs, *hk, *dhk, *run.sizes, **run.consts)
+            consts = {name: value for name, value in run.consts.items() if name != "S"}
+            blocks = gateloop_configs("chunk_dqk_kernel", DK, run.DV, "ieee", False)[0]   # tiles of 16
+            warps = blocks.pop("num_warps")
+            chunk_dqk_kernel[(BH * NSUB * triton.cdiv(DK, blocks["BK"]),)](
+                *q, *k, *v, *run.a, *G, *hk, *dhk, *dq, *dk, *dl, L, DK, run.DV, NSUB,
+                **{**consts, "C": SUBCHUNK}, **blocks, num_warps=warps)
+        else:
+            run.launch("chunk_dqk_kernel", lambda m: run.NT * run.key_tiles(m),
+                       *q, *k, *v, *run.a, *G, *hs, *dhs, *dq, *dk, *dl, *run.sizes, **run.consts)
         dv = run.empty(v_re, *v_re.shape)
         run.launch(run.kernel("dv"), lambda m: run.NT * run.NS * run.value_tiles(m),
                    *k, *run.a, *G, *dhs, A_re, A_im, *dv, *run.sizes, **run.consts)
