@@ -1,6 +1,6 @@
 """Every Triton kernel fits in registers on a real GPU: compiled for sm_80 (A100) and sm_90 (H100) at the
 blocks ``auto`` launches for head sizes 1, 16, 64 and 128 (for GateLoop: every configuration autotuning may pick,
-at every precision of its products), ``ptxas -v`` reports 0 bytes of spill stores and loads, with the locked Triton and with Triton 3.6. No GPU is needed: Triton compiles ahead of time (``seqlab.kernels.aot.ptxas_usage``), all kernels in
+at every precision of its products, and the sub-chunk kernels at every precision, real and complex), ``ptxas -v`` reports 0 bytes of spill stores and loads, with the locked Triton and with Triton 3.6. No GPU is needed: Triton compiles ahead of time (``seqlab.kernels.aot.ptxas_usage``), all kernels in
 one process."""
 import importlib
 import re
@@ -37,6 +37,21 @@ def _jobs():
                 for config in gl.gateloop_configs(k, d, d, prec, cplx):
                     blocks = {b: v for b, v in config.items() if b != "num_warps"}
                     configs.append(("seqlab.ops.gateloop.triton", k, {**consts, **blocks}, config["num_warps"]))
+    # chunks of 64 cut into sub-chunks of 16 (on where SUBCHUNKS is): tiles of 16 at every head size of 16 and more,
+    # at every precision, real and complex, each kernel at the one configuration it launches with, and the backward's
+    # chunk_dqk_kernel on the sub-chunks (chunks of 16, tiles of 16, its warps) at the same precisions and kinds
+    for phase, cplx in ((False, False), (False, True), (True, True)):
+        for prec in gl.PRECISIONS:
+            for k in gl.SUBCHUNK_KERNELS:
+                consts = dict(C=gl.CHUNK_TENSOR_CORES, S=gl.SUBCHUNK, DOT=True, PHASE=phase, CPLX=cplx, PREC=prec)
+                for config in gl.gateloop_configs(k, 16, 16, prec, cplx):
+                    blocks = {b: v for b, v in config.items() if b != "num_warps"}
+                    configs.append(("seqlab.ops.gateloop.triton", k, {**consts, **blocks}, config["num_warps"]))
+            dqk = dict(gl.gateloop_configs("chunk_dqk_kernel", 16, 16, "ieee", False)[0])
+            dqk.pop("num_warps")
+            configs.append(("seqlab.ops.gateloop.triton", "chunk_dqk_kernel",
+                            dict(C=gl.SUBCHUNK, DOT=True, PHASE=phase, CPLX=cplx, PREC=prec, **dqk),
+                            gl.subchunk_dqk_warps(prec, cplx)))
     # the scan's widest branch (complex a and x, an initial state) at the tiles its launch plan picks: every width
     # of channels (B * D / BD programs fill the GPU) with its 1024-element tile, a warp per 128 elements, so a thread
     # holds 4 elements of each plane at every tile; reduce-then-scan (B = 1) adds the chunk kernel

@@ -78,7 +78,7 @@ try:
 except ImportError:  # pragma: no cover - Triton ships for Linux only
     triton = None
 
-__all__ = ["gateloop_triton", "gateloop_triton_log", "gateloop_scan", "runs_on_scan", "gateloop_blocks",
+__all__ = ["subchunk_dqk_warps", "gateloop_triton", "gateloop_triton_log", "gateloop_scan", "runs_on_scan", "gateloop_blocks",
            "gateloop_warps", "gateloop_chunk", "gateloop_configs", "CHUNK", "CHUNK_TENSOR_CORES", "TENSOR_CORE_CHUNKS", "KERNELS",
            "PRECISIONS", "SCAN_STATE", "SUBCHUNK", "SUBCHUNKS", "SUBCHUNK_KERNELS", "on_subchunks"]
 
@@ -1054,6 +1054,14 @@ _SUBCHUNK_WARPS = {
 }
 
 
+def subchunk_dqk_warps(precision: str, cplx: bool) -> int:
+    """The warps :func:`chunk_dqk_kernel` runs with on the sub-chunks (its chunks of 16, at every precision): 4, or
+    8 for complex inputs at ``"tf32"`` / ``"bf16"``, which spill 8-12 bytes at 4 warps on sm_80 where every other
+    kind and precision spills none (and real ``"ieee"`` spills 4 bytes at 8 warps on sm_90; ``ptxas -v``,
+    Triton 3.7)."""
+    return 8 if cplx and precision in ("tf32", "bf16") else 4
+
+
 def gateloop_configs(kernel: str, dk: int, dv: int, precision: str = "ieee", cplx: bool = True) -> list[dict]:
     """The launch configurations ``kernel`` may run with on a head of ``dk x dv``: dicts of ``BK``, ``BV`` (none for
     :func:`chunk_attention_kernel`, which has no value tile) and ``num_warps``. On tensor cores (chunks of 64), key /
@@ -1245,7 +1253,8 @@ class _GateLoopTriton(torch.autograd.Function):
                        *q, *k, *v, *run.a, *G, *hs, *dhs, *hk, *dhk, *run.sizes, **run.consts)
             consts = {name: value for name, value in run.consts.items() if name != "S"}
             blocks = gateloop_configs("chunk_dqk_kernel", DK, run.DV, "ieee", False)[0]   # tiles of 16
-            warps = blocks.pop("num_warps")
+            blocks.pop("num_warps")
+            warps = subchunk_dqk_warps(ctx.precision, run.cplx)
             chunk_dqk_kernel[(BH * NSUB * triton.cdiv(DK, blocks["BK"]),)](
                 *q, *k, *v, *run.a, *G, *hk, *dhk, *dq, *dk, *dl, L, DK, run.DV, NSUB,
                 **{**consts, "C": SUBCHUNK}, **blocks, num_warps=warps)
