@@ -46,7 +46,9 @@ def _jobs():
                 consts = dict(C=gl.CHUNK_TENSOR_CORES, S=gl.SUBCHUNK, DOT=True, PHASE=phase, CPLX=cplx, PREC=prec)
                 for config in gl.gateloop_configs(k, 16, 16, prec, cplx):
                     blocks = {b: v for b, v in config.items() if b != "num_warps"}
-                    configs.append(("seqlab.ops.gateloop.triton", k, {**consts, **blocks}, config["num_warps"]))
+                    warps = (gl.subchunk_attention_warps(prec, phase) if k == "subchunk_attention_kernel"
+                             else config["num_warps"])
+                    configs.append(("seqlab.ops.gateloop.triton", k, {**consts, **blocks}, warps))
             dqk = dict(gl.gateloop_configs("chunk_dqk_kernel", 16, 16, "ieee", False)[0])
             dqk.pop("num_warps")
             configs.append(("seqlab.ops.gateloop.triton", "chunk_dqk_kernel",

@@ -78,7 +78,7 @@ try:
 except ImportError:  # pragma: no cover - Triton ships for Linux only
     triton = None
 
-__all__ = ["subchunk_dqk_warps", "gateloop_triton", "gateloop_triton_log", "gateloop_scan", "runs_on_scan", "gateloop_blocks",
+__all__ = ["subchunk_attention_warps", "subchunk_dqk_warps", "gateloop_triton", "gateloop_triton_log", "gateloop_scan", "runs_on_scan", "gateloop_blocks",
            "gateloop_warps", "gateloop_chunk", "gateloop_configs", "CHUNK", "CHUNK_TENSOR_CORES", "TENSOR_CORE_CHUNKS", "KERNELS",
            "PRECISIONS", "SCAN_STATE", "SUBCHUNK", "SUBCHUNKS", "SUBCHUNK_KERNELS", "on_subchunks"]
 
@@ -1046,12 +1046,19 @@ _TENSOR_CORE_CONFIGS = {
 # precision, real or complex (ptxas -v: tests/ops/test_triton_spills.py).
 _SUBCHUNK_WARPS = {
     "subchunk_states_kernel": 4,
-    "subchunk_attention_kernel": 8,
+    "subchunk_attention_kernel": 4,       # 8 with complex transitions at bf16: subchunk_attention_warps
     "subchunk_output_kernel": 4,
     "subchunk_adjoint_kernel": 4,
     "subchunk_boundary_kernel": 4,
     "subchunk_dv_kernel": 8,
 }
+
+
+def subchunk_attention_warps(precision: str, phase: bool) -> int:
+    """The warps :func:`subchunk_attention_kernel` runs with: 4, or 8 for complex transitions (phasors) at ``"bf16"``,
+    which spill 12-24 bytes at 4 warps on sm_90 (Triton 3.6 and 3.7), while at 8 warps Triton 3.6 spills 4-24 bytes in
+    three other kinds and precisions (``ptxas -v``)."""
+    return 8 if phase and precision == "bf16" else 4
 
 
 def subchunk_dqk_warps(precision: str, cplx: bool) -> int:
@@ -1197,8 +1204,9 @@ class _Launch:
         """:func:`chunk_attention_kernel`: every chunk's intra-chunk attention ``A`` ``(BH, NT, C, C)``."""
         A = self.empty(q[0], self.BH, self.NT, self.C, self.C)
         if self.sub:            # a program per block (I, J) of sub-chunks
-            self.launch("subchunk_attention_kernel", lambda m: self.NT * self.NS * self.NS, *q, *k, *self.a, *A,
-                        self.L, self.DK, self.NT, **self.consts)
+            subchunk_attention_kernel[(self.BH * self.NT * self.NS * self.NS,)](
+                *q, *k, *self.a, *A, self.L, self.DK, self.NT, **self.consts, BK=SUBCHUNK,
+                num_warps=subchunk_attention_warps(self.precision, self.phase))
         else:
             self.launch("chunk_attention_kernel", lambda m: self.NT, *q, *k, *self.a, *A, self.L, self.DK, self.NT,
                         C=self.C, PHASE=self.phase, CPLX=self.cplx)
