@@ -112,8 +112,7 @@ def chunk_wide_attention(q, k, log_a, C=64):
 def check_log_against_recurrence(q, k, v, log_a, phase, what, tol=1e-5):
     """The kernels with the transitions as ``log|a|`` and ``arg a`` (:func:`gateloop_triton_log`, the decays' entry)
     against the float64 recurrence of ``a = exp(log|a| + i arg a)``: ``y``, ``S_L`` and the gradients of q, k, v,
-    log|a|, arg a and h0. (Through ``a`` itself a complex gate of ``|a| < 1e-19`` has no float32 gradient: torch's
-    ``angle`` backward divides by ``|a|^2``, which underflows.)"""
+    log|a|, arg a and h0. (Through ``a`` itself, complex gates of ``|a|`` down to 1e-30: test_gateloop_tiny_gates.py.)"""
     h0 = torch.randn(*q.shape[:2], q.shape[-1], v.shape[-1], dtype=q.dtype)
     w = torch.randn(*v.shape, dtype=torch.float64)
     w_S = torch.randn(*h0.shape, dtype=torch.float64)

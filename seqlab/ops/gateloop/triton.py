@@ -1341,15 +1341,49 @@ def gateloop_triton(q, k, v, a, *, h0=None, return_state=False, precision="ieee"
     if runs_on_scan(q.shape[-1], v.shape[-1]):
         y, S = gateloop_scan(q, k, v, a, h0=h0)
         return y.to(q.dtype), (S.to(q.dtype) if return_state else None)
-    la = a.abs().to(real).clamp_min(torch.finfo(real).tiny).log()   # log|a|
     if a.is_complex():
-        y, S = gateloop_triton_log(q, k, v, la, torch.angle(a).to(real), h0=h0, return_state=return_state,
-                                   precision=precision)
+        la, ph = _LogPolar.apply(a, real)       # log|a| and arg a, with a gradient finite for tiny |a|
+        y, S = gateloop_triton_log(q, k, v, la, ph, h0=h0, return_state=return_state, precision=precision)
     else:
+        la = a.abs().to(real).clamp_min(torch.finfo(real).tiny).log()   # log|a|
         q, k, sign_L = _fold_signs(q, k, a)
         y, S = gateloop_triton_log(q, k, v, la, h0=h0, return_state=return_state, precision=precision)
         S = None if S is None else sign_L[..., None] * S
     return y.to(q.dtype), (S.to(q.dtype) if S is not None else None)
+
+
+class _LogPolar(torch.autograd.Function):
+    """A complex ``a`` as ``(log|a|, arg a)`` in ``real``: ``log|a|`` with ``|a|`` raised to the smallest positive float
+    (an exact 0 is a full reset), ``arg a`` as ``torch.angle`` (0 at ``a = 0``); the same values as those expressions.
+
+    The backward is that of ``log a = log|a| + i arg a`` (holomorphic): ``grad_a = (g_log + i g_arg) / conj(a)``.
+    torch's own ``angle`` backward divides by ``|a|^2``, which underflows to 0 in complex64 once ``|a|`` is below
+    about 1e-19 (NaN gradients where the true one is of order 1); here ``1 / conj(a) = (a / |a|) / |a|``: the unit
+    phasor, then one division by ``|a|`` (``torch.abs`` of a complex is a scaled hypot: no square is formed), finite
+    whenever the gradient is. As the expressions above: ``g_log`` counts only where ``|a|`` is at least the floor
+    (``clamp_min``'s gradient), and ``a = 0`` gets 0 (``seqlab.ops.gateloop`` adds the exact gradient there where
+    it may read values)."""
+
+    @staticmethod
+    def forward(ctx, a, real):
+        ctx.save_for_backward(a)
+        ctx.real = real
+        return a.abs().to(real).clamp_min(torch.finfo(real).tiny).log(), torch.angle(a).to(real)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g_log, g_arg):
+        (a,) = ctx.saved_tensors
+        mag = a.abs()
+        g_log = torch.zeros_like(mag) if g_log is None else torch.where(
+            mag.to(ctx.real) >= torch.finfo(ctx.real).tiny, g_log, 0).to(mag.dtype)
+        g_arg = torch.zeros_like(mag) if g_arg is None else g_arg.to(mag.dtype)
+        zero = mag == 0
+        safe = torch.where(zero, 1, mag)
+        u_re, u_im = a.real / safe, a.imag / safe                   # a / |a|, on real planes: no complex division
+        grad = torch.complex((g_log * u_re - g_arg * u_im) / safe,   # (g_log + i g_arg) (a / |a|) / |a|
+                             (g_log * u_im + g_arg * u_re) / safe)   #   = (g_log + i g_arg) / conj(a)
+        return torch.where(zero, 0, grad), None
 
 
 def _fold_signs(q, k, a):
