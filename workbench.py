@@ -411,7 +411,12 @@ def lab(args: list[str]) -> int:
     if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in args:
         cmd.append("--allow-root")  # containers often run as root; JupyterLab refuses without it
     url = f"http://{host}:{port}/lab" + (f"?token={token}" if token else "")
-    opens = "" if "--no-browser" in args else " (a browser tab opens on it)"
+    chosen = _lab_option(args, ("--browser", "--ServerApp.browser"))
+    if "--no-browser" not in args and chosen is None and not _browser_found():
+        cmd.append("--no-browser")      # JupyterLab would warn "No web browser found" (a headless machine)
+        opens = " (no web browser found here: open it in yours)"
+    else:
+        opens = "" if "--no-browser" in args else " (a browser tab opens on it)"
     print(f"JupyterLab on {WORKING.name}/: open {url}{opens}\n"
           "Stop it with Ctrl-C here (save your notebooks first: Ctrl-S in JupyterLab). "
           "Options: python3 workbench.py lab --help", flush=True)
@@ -419,6 +424,17 @@ def lab(args: list[str]) -> int:
         return subprocess.call([str(c) for c in cmd], cwd=ROOT, env=env)
     except KeyboardInterrupt:      # Ctrl-C: JupyterLab got it too and shuts down; no traceback here
         return 130
+
+
+def _browser_found() -> bool:
+    """Whether Python's webbrowser module, which JupyterLab asks, finds a browser to open (none on a server)."""
+    import webbrowser
+
+    try:
+        webbrowser.get()
+    except webbrowser.Error:
+        return False
+    return True
 
 
 def test_environment() -> dict:

@@ -308,6 +308,19 @@ def test_lab_says_what_it_copied_the_address_and_how_to_stop(wb, monkeypatch, ca
     assert f"http://localhost:{port}/lab?token=" in text
 
 
+@pytest.mark.parametrize("found", [True, False])
+def test_lab_opens_no_browser_where_there_is_none_and_says_so(wb, monkeypatch, capsys, found):
+    """On a machine with no browser (a server, a container) JupyterLab is told not to open one (else it warns "No
+    web browser found"), and lab says to open the address in the student's own browser."""
+    monkeypatch.setattr(wb, "_browser_found", lambda: found)
+    (cmd, env), = _run_lab(wb, monkeypatch, [])
+    text = capsys.readouterr().out
+    assert ("--no-browser" in cmd) is not found
+    assert ("a browser tab opens on it" in text) is found and ("open it in yours" in text) is not found
+    (cmd, env), = _run_lab(wb, monkeypatch, ["--browser", "firefox"])       # a browser named: JupyterLab's choice
+    assert "--no-browser" not in cmd
+
+
 def test_lab_passes_jupyterlab_settings_that_leave_no_warning_a_student_cannot_act_on(wb):
     """JupyterLab logs warnings and errors only; the kernel websocket's keep-alive is off (jupyter_server hands
     tornado a ping timeout three times the interval, and tornado warns); the kernel's messages are encrypted
