@@ -204,8 +204,8 @@ def _run_all(page) -> None:
     pytest.fail(f"'Run All' never started the first cell (prompts: {_prompts(page)[:3]})")
 
 
-def _wait_all_ran(page) -> list[str]:
-    deadline = time.monotonic() + RUN_ALL_S
+def _wait_all_ran(page, timeout_s: float = RUN_ALL_S) -> list[str]:
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         prompts = _prompts(page)
         errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
@@ -323,6 +323,7 @@ AUTOSAVE_S = 1            # JupyterLab's autosave interval in this server, s (th
 SAVED_S = 60              # failure guard: the page's saves have ended and nothing is left to save
 RESTORE_PLUGIN = "seqlab-widget-restore:plugin"     # seqlab/viz/labextension, loaded through LAB_ARGS
 OPENS = 3                 # fresh opens of each lesson (its kernel shut down in between)
+LESSON_RUN_ALL_S = 900    # failure guard: a lesson's Run All in the browser (about a minute on an idle machine)
 
 
 @pytest.fixture(scope="module")
@@ -472,6 +473,19 @@ def _assert_saved_controls_wait_for_the_kernel(page, name: str, expected: bool |
     assert not no_hint, f"{name}: saved controls without the hint line: {no_hint}"
 
 
+def _assert_live_after_run_all(page, url: str, name: str, expected: bool) -> None:
+    """Run All in a fresh open: the kernel's widgets replace the saved ones, every control can be used and no hint
+    line is left."""
+    page.goto(url)
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=SERVER_START_S * 1000)
+    _run_all(page)
+    _wait_all_ran(page, LESSON_RUN_ALL_S)
+    controls = page.evaluate(CONTROLS_JS, CONTROLS)
+    assert bool(controls) == expected, f"{name}: {len(controls)} controls after Run All, expected some: {expected}"
+    dead = [c["name"] for c in controls if not c["usable"] or HINT in c["hint"]]
+    assert not dead, f"{name}: controls not live after Run All: {dead}"
+
+
 def _close_all_without_a_prompt(page, name: str) -> None:
     """File > Close All Tabs closes the lesson at once: a save prompt would keep it open."""
     page.evaluate("() => { window.jupyterapp.commands.execute('application:close-all'); }")
@@ -487,9 +501,10 @@ def test_opening_a_lesson_never_changes_it_and_its_widgets_render_every_time(les
     """A lesson opened and left open (autosave every second, widget state saved, as for learners) is not marked
     modified (no unsaved dot, no save, File > Close All closes it without a prompt), its saved controls are inert
     with the hint line until the kernel runs their cell, and it stays byte-identical on disk, compared once its
-    widgets are drawn and the page is at rest (the page says so); at each of :data:`OPENS` fresh opens (its kernel shut down in between) its saved
-    widgets are drawn and none says "Error displaying widget: model not found" (seqlab-widget-restore runs the
-    widget manager's restores one at a time: without it, which widgets lose that race changes per open)."""
+    widgets are drawn and the page is at rest (the page says so); at each of :data:`OPENS` fresh opens (its kernel
+    shut down in between) its saved widgets are drawn and none says "Error displaying widget: model not found"
+    (seqlab-widget-restore runs the widget manager's restores one at a time: without it, which widgets lose that
+    race changes per open). After the opens, Run All makes every control live."""
     base, token, folder, copied = lessons_lab
     path, committed = folder / lesson.name, copied[lesson.name]
     views = _widget_views(path)
@@ -518,6 +533,8 @@ def test_opening_a_lesson_never_changes_it_and_its_widgets_render_every_time(les
             assert (drawn > 0) == (views > 0), f"open {attempt + 1}: {drawn} widgets drawn, {views} saved"
             _close_all_without_a_prompt(page, lesson.name)
             _shut_down_kernels(base, token)
+        _assert_live_after_run_all(page, f"{base}/lab/tree/{lesson.name}?token={token}&reset", lesson.name,
+                                   _saved_controls(path))
     except BaseException:
         _screenshot(page, f"open-{lesson.stem[:2]}.png")
         raise
