@@ -1,8 +1,9 @@
 """Every Triton kernel fits in registers on a real GPU: compiled for sm_80 (A100) and sm_90 (H100) at the
-blocks ``auto`` launches for head sizes 1, 16, 64 and 128 (for GateLoop: every configuration autotuning may pick,
-at every precision of its products, and the sub-chunk kernels at every precision, real and complex), ``ptxas -v`` reports 0 bytes of spill stores and loads, with the locked Triton and with Triton 3.6. No GPU is needed: Triton compiles ahead of time (``seqlab.kernels.aot.ptxas_usage``), all kernels in
+blocks ``auto`` launches for head sizes 1, 16, 64 and 128 (for GateLoop: every configuration the default path may launch or autotuning may pick,
+at every precision of its products, real and complex, and the sub-chunk kernels at every precision, real and complex), ``ptxas -v`` reports 0 bytes of spill stores and loads, with the locked Triton and with Triton 3.6. No GPU is needed: Triton compiles ahead of time (``seqlab.kernels.aot.ptxas_usage``), all kernels in
 one process."""
 import importlib
+import itertools
 import re
 
 import pytest
@@ -22,13 +23,12 @@ def _jobs():
     configs = []
     for d in HEAD_SIZES:
         DOT = gl.gateloop_blocks(d, d)[2]
-        # real inputs and transitions (real planes only), complex inputs with real positive transitions (no
-        # phasors), complex transitions, at the default precision; at the others, the configurations that differ:
-        # the real path's tensor-core products at tf32 and bf16 (chunks of 16; of 64 with every configuration
-        # autotuning may pick where TENSOR_CORE_CHUNKS is on) and tf32x3's split operands for the widest (complex
-        # transitions; its real path and the complex paths at tf32 and bf16 hold fewer values in the same tiles)
-        lower = ((True, True, "tf32x3"), (False, False, "tf32"), (False, False, "bf16")) if DOT else ()
-        for phase, cplx, prec in ((False, False, "ieee"), (False, True, "ieee"), (True, True, "ieee"), *lower):
+        # every configuration the default path (chunks of 16, or of 64 with every configuration autotuning may
+        # pick where TENSOR_CORE_CHUNKS is on) may launch: real inputs and transitions (real planes only), complex
+        # inputs with real positive transitions (no phasors), complex transitions, each at every precision (the
+        # elementwise path, DOT=False, takes PREC too and may launch with any of them)
+        kinds = ((False, False), (False, True), (True, True))
+        for (phase, cplx), prec in itertools.product(kinds, gl.PRECISIONS):
             C = gl.gateloop_chunk(d, d, prec, cplx)
             for k in gl.KERNELS:
                 consts = dict(C=C, DOT=DOT, PHASE=phase, CPLX=cplx)

@@ -992,13 +992,20 @@ def gateloop_blocks(dk: int, dv: int) -> tuple[int, int, bool]:
     return min(CHUNK, np2(dk)), min(CHUNK, np2(dv)), False
 
 
-def gateloop_warps(kernel: str, dot: bool) -> int:
+def gateloop_warps(kernel: str, dot: bool, precision: str = "ieee", cplx: bool = True) -> int:
     """The warps ``kernel`` launches with at chunks and tiles of 16: 8 for :func:`chunk_dv_kernel` when it multiplies
-    with ``tl.dot``, else Triton's default 4. At 4 warps Triton 3.7 (the version torch 2.13 requires) compiles the
-    dv kernel for sm_90 with 4-8 bytes of spills, at 8 none; the output kernel, at 8 warps, spills 8 bytes on sm_90
-    at ``"tf32x3"`` and none at 4 (``tests/ops/test_triton_spills.py`` compiles every kernel with the warps given
-    here)."""
-    return 8 if dot and kernel == "chunk_dv_kernel" else 4
+    with ``tl.dot``; for :func:`chunk_dqk_kernel` with ``tl.dot``, :func:`subchunk_dqk_warps` (the same kernel at the
+    same chunks and tiles as on the sub-chunks: 8 for complex inputs at ``"tf32"`` / ``"bf16"``, which spill 8-12
+    bytes at 4 warps on sm_80); else Triton's default 4. At 4 warps Triton 3.7 (the version torch 2.13 requires)
+    compiles the dv kernel for sm_90 with 4-8 bytes of spills, at 8 none; the output kernel, at 8 warps, spills 8
+    bytes on sm_90 at ``"tf32x3"`` and none at 4 (``tests/ops/test_triton_spills.py`` compiles every kernel with the
+    warps given here, at every precision, real and complex). Complex inputs at ``"tf32x3"`` take the dv kernel at 4:
+    at 8, with real transitions, it spills 8-12 bytes on sm_90 (Triton 3.6 / 3.7), at 4 none on sm_80 or sm_90."""
+    if dot and kernel == "chunk_dqk_kernel":
+        return subchunk_dqk_warps(precision, cplx)
+    if dot and kernel == "chunk_dv_kernel":
+        return 4 if cplx and precision == "tf32x3" else 8
+    return 4
 
 
 def _on_tensor_cores(dk: int, dv: int, precision: str, cplx: bool) -> bool:
@@ -1083,7 +1090,7 @@ def gateloop_configs(kernel: str, dk: int, dv: int, precision: str = "ieee", cpl
                    if bk <= max(32, dk, dv)]
     else:
         BK, BV, DOT = gateloop_blocks(dk, dv)
-        configs = [dict(BK=BK, BV=BV, num_warps=gateloop_warps(kernel, DOT))]
+        configs = [dict(BK=BK, BV=BV, num_warps=gateloop_warps(kernel, DOT, precision, cplx))]
     if kernel in ("chunk_attention_kernel", "subchunk_attention_kernel"):
         configs = [dict(BK=c["BK"], num_warps=c["num_warps"]) for c in configs]
     return configs
