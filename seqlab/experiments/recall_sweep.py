@@ -11,8 +11,9 @@ sequence is seen twice), with fixed validation and test splits.
 
 Each cell as the arena's (:mod:`seqlab.experiments.rate_search`): seed 0 at every rate of ``lrs``, extended one
 step beyond an edge while the best validation accuracy sits there (at most two steps a side), so that the chosen
-rate lies strictly inside what was searched; then seeds ``1 .. seeds-1`` at the chosen rate; accuracy read on the
-test split (a run whose loss diverged is recorded at accuracy 0 with ``diverged`` saying where, so that a
+rate lies strictly inside what was searched; then seeds ``1 .. seeds-1`` at the chosen rate (when seed 0 learned
+there and another seed did not, the seeds also run at seed 0's next-best rate that learned: :func:`seed_rates`
+of the plan); accuracy read on the test split (a run whose loss diverged is recorded at accuracy 0 with ``diverged`` saying where, so that a
 search moves away from its rate). Every run records ``state_size`` (floats held at decoding, ``model.state_size``), ``initial_loss`` (the
 loss before the first step, checked against ln(vocabulary)) and ``curve`` (validation accuracy every
 ``eval_every`` steps). The reference cells run first (the controls: every seed must reach ``threshold``), then
@@ -135,7 +136,7 @@ def recall_sweep(*, profile: str | None = None, families=None, only_pairs=None, 
     ``progress``: a progress bar per run. ``verbose``: one line per finished run.
     ``checkpoint_dir``: save each run there and resume it from there.
     Sizes (``seeds, steps, eval_every, batch_size, n_layers, lrs, reference, width, threads, train_size, test_size,
-    validation_size, pairs, threshold, mqar, cells``) come from the profile and may be overridden.
+    validation_size, pairs, threshold, learned_at, mqar, cells``) come from the profile and may be overridden.
 
     Returns the record plus ``"plan"`` (the cells), ``"spans"`` (each family's largest / smallest state over its
     ``state`` cells), ``"cells"`` and ``"verdicts"`` (the reference's control at each number of pairs).

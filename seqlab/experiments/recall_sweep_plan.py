@@ -24,7 +24,7 @@ from seqlab.experiments.arena_grid import search_rates
 from seqlab.experiments.rate_search import at_edge, best_rate
 
 __all__ = ["NAME", "LINEAR", "GROUPS", "SIZES", "cell_label", "cell_width", "plan_cells", "state_spans", "run_key",
-           "spec_key", "rate_state", "next_specs", "cell_rows", "control_verdicts"]
+           "spec_key", "rate_state", "seed_rates", "next_specs", "cell_rows", "control_verdicts"]
 
 NAME = "recall-sweep"
 LINEAR = ("gateloop", "linear-transformer", "lrnn", "lightnet", "linear-causalrn")
@@ -48,7 +48,7 @@ _QUICK_CELLS = [
 ]
 SIZES = Sizes(NAME, dict(
     seeds=1, steps=40, eval_every=10, batch_size=32, n_layers=2, lrs=[3e-3], reference="transformer", width=24,
-    threads=1, train_size=512, test_size=128, validation_size=128, pairs=[2, 4], threshold=0.99,
+    threads=1, train_size=512, test_size=128, validation_size=128, pairs=[2, 4], threshold=0.99, learned_at=0.9,
     mqar={"vocab_size": 64, "seq_len": 16, "filler": "zoology"}, cells=_QUICK_CELLS))
 
 
@@ -171,15 +171,44 @@ def rate_state(runs: list[dict], cell: dict, cfg: dict) -> dict:
             "extended": len(rates) > len(cfg["lrs"]), "at_edge": at_edge(chosen, rates)}
 
 
-def next_specs(runs: list[dict], cell: dict, cfg: dict) -> list[dict]:
-    """The runs ``cell`` needs next: the seed-0 rates its search still lacks, else the other seeds at the chosen
-    rate (empty once the cell is whole)."""
-    have = _cell_of(runs, cell, cfg)
+def seed_rates(runs: list[dict], cell: dict, cfg: dict) -> dict:
+    """Where the seeds run. First at seed 0's best rate (:func:`rate_state`). When seed 0 reached ``learned_at``
+    (validation accuracy) there and another seed did not, the seeds run again at seed 0's next-best rate that also
+    reached it, and so on down seed 0's ranking: one seed's lucky rate is not the family's rate. The cell keeps the
+    rate tried at which the most seeds reached ``learned_at``; ties go to the rate tried first. Only validation
+    accuracy chooses (the test split decides nothing).
+
+    ``{"tried": [rates in the order the seeds ran at them], "rate": the cell's rate (None while a seed is missing),
+    "todo": [(seed, rate) still to run]}``."""
     grid = rate_state(runs, cell, cfg)
     if grid["chosen"] is None:
+        return {"tried": [], "rate": None, "todo": []}
+    have, seeds, bar = _cell_of(runs, cell, cfg), range(cfg["seeds"]), cfg["learned_at"]
+    seed0 = {float(lr): v for lr, v in grid["searched"].items()}
+    reached = lambda lr: [s for s in seeds if have[(s, lr)]["validation_accuracy"] >= bar]   # noqa: E731
+    ranked = sorted((lr for lr, v in seed0.items() if v >= bar and lr != grid["chosen"]), key=lambda lr: -seed0[lr])
+    tried = [grid["chosen"]]
+    while True:
+        todo = [(s, tried[-1]) for s in seeds if (s, tried[-1]) not in have]
+        if todo:
+            return {"tried": tried, "rate": None, "todo": todo}
+        missed = seed0[tried[-1]] >= bar and len(reached(tried[-1])) < len(seeds)
+        if not (missed and ranked):
+            break
+        tried.append(ranked.pop(0))
+    rate = max(tried, key=lambda lr: (len(reached(lr)), -tried.index(lr)))
+    return {"tried": tried, "rate": rate, "todo": []}
+
+
+def next_specs(runs: list[dict], cell: dict, cfg: dict) -> list[dict]:
+    """The runs ``cell`` needs next: the seed-0 rates its search still lacks, else the other seeds at the rate
+    :func:`seed_rates` has them at (empty once the cell is whole)."""
+    grid = rate_state(runs, cell, cfg)
+    if grid["chosen"] is None:
+        have = _cell_of(runs, cell, cfg)
         todo = [(0, lr) for lr in grid["rates"] if (0, lr) not in have]
     else:
-        todo = [(s, grid["chosen"]) for s in range(1, cfg["seeds"]) if (s, grid["chosen"]) not in have]
+        todo = seed_rates(runs, cell, cfg)["todo"]
     return [{**cell, "seed": s, "lr": float(lr)} for s, lr in todo]
 
 
@@ -190,15 +219,18 @@ def cell_rows(runs: list[dict], cells: list[dict], cfg: dict) -> list[dict]:
 
     rows = []
     for cell in cells:
-        grid = rate_state(runs, cell, cfg)
+        grid, seeded = rate_state(runs, cell, cfg), seed_rates(runs, cell, cfg)
         mine = _cell_of(runs, cell, cfg)
-        acc = [mine[(s, grid["chosen"])]["accuracy"] for s in range(cfg["seeds"]) if (s, grid["chosen"]) in mine]
-        status = ("searching" if grid["chosen"] is None else "seeds pending" if len(acc) < cfg["seeds"]
+        chosen = seeded["rate"] if seeded["rate"] is not None else grid["chosen"]
+        acc = [mine[(s, chosen)]["accuracy"] for s in range(cfg["seeds"]) if (s, chosen) in mine]
+        status = ("searching" if grid["chosen"] is None else "seeds pending" if seeded["rate"] is None
                   else "done")
         rows.append({k: cell[k] for k in ("family", "cell", "group", "knobs", "pairs", "d_model", "params",
                                           "target_params", "budget", "matched", "state_size")}
-                    | {"lr_grid": grid["rates"], "searched": grid["searched"], "chosen_lr": grid["chosen"],
-                       "lr_extended": grid["extended"], "lr_at_edge": grid["at_edge"], "status": status,
+                    | {"lr_grid": grid["rates"], "searched": grid["searched"], "chosen_lr": chosen,
+                       "seed0_best_lr": grid["chosen"], "seeds_tried_at": seeded["tried"],
+                       "lr_extended": grid["extended"], "lr_at_edge": at_edge(chosen, grid["rates"]) if chosen
+                       else grid["at_edge"], "status": status,
                        "accuracy": acc, "mean": round(statistics.fmean(acc), 6) if acc else None,
                        "spread": round(statistics.stdev(acc), 6) if len(acc) > 1 else None,
                        "min": min(acc) if acc else None})

@@ -134,6 +134,30 @@ def test_a_cell_searches_its_rate_as_the_arena_then_runs_the_seeds_at_it():
     assert row["accuracy"] == [0.7, 0.9, 0.9] and row["min"] == 0.7
 
 
+def test_seeds_that_miss_at_seed_0s_best_rate_run_again_at_its_next_best_that_learned():
+    cfg = {**P.SIZES["quick"], "lrs": [1e-3, 3e-3, 1e-2], "seeds": 3, "learned_at": 0.9}
+    cell = P.plan_cells(cfg, ["transformer"], [2])[0]
+    runs = [_run(cell, 0, lr, v, cfg) for lr, v in ((1e-3, 0.97), (3e-3, 1.0), (1e-2, 0.1))]
+    assert [(s["seed"], s["lr"]) for s in P.next_specs(runs, cell, cfg)] == [(1, 3e-3), (2, 3e-3)]
+    runs += [_run(cell, 1, 3e-3, 0.99, cfg), _run(cell, 2, 3e-3, 0.09, cfg)]       # seed 2 stays on a plateau
+    assert [(s["seed"], s["lr"]) for s in P.next_specs(runs, cell, cfg)] == [(1, 1e-3), (2, 1e-3)]
+    row = P.cell_rows(runs, [cell], cfg)[0]
+    assert row["status"] == "seeds pending" and row["seeds_tried_at"] == [3e-3, 1e-3]
+    done = runs + [_run(cell, 1, 1e-3, 0.98, cfg), _run(cell, 2, 1e-3, 0.95, cfg)]
+    assert P.next_specs(done, cell, cfg) == []
+    row = P.cell_rows(done, [cell], cfg)[0]
+    assert row["chosen_lr"] == 1e-3 and row["seed0_best_lr"] == 3e-3 and row["lr_at_edge"]
+    assert row["status"] == "done" and row["accuracy"] == [0.97, 0.98, 0.95]
+    worse = runs + [_run(cell, 1, 1e-3, 0.5, cfg), _run(cell, 2, 1e-3, 0.95, cfg)]   # no better: the first rate stays
+    assert P.cell_rows(worse, [cell], cfg)[0]["chosen_lr"] == 3e-3
+    stuck = [_run(cell, 0, lr, v, cfg) for lr, v in ((1e-3, 0.5), (3e-3, 0.95), (1e-2, 0.1))] + \
+        [_run(cell, 1, 3e-3, 0.2, cfg), _run(cell, 2, 3e-3, 0.2, cfg)]   # no other rate learned: nothing to retry
+    assert P.next_specs(stuck, cell, cfg) == [] and P.cell_rows(stuck, [cell], cfg)[0]["chosen_lr"] == 3e-3
+    failing = [_run(cell, 0, lr, v, cfg) for lr, v in ((1e-3, 0.3), (3e-3, 0.4), (1e-2, 0.1))] + \
+        [_run(cell, 1, 3e-3, 0.2, cfg), _run(cell, 2, 3e-3, 0.2, cfg)]   # seed 0 did not learn: nothing to retry
+    assert P.next_specs(failing, cell, cfg) == []
+
+
 def test_a_cell_that_cannot_hold_the_budget_says_so():
     cfg = {**P.SIZES["quick"], "cells": [{"family": "lrnn", "group": "state", "knobs": {"d_state": 512}}]}
     with pytest.raises(ValueError, match="lrnn d_state=512: no d_model .* name d_model in its knobs"):
