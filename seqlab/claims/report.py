@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from seqlab.claims import CLAIMS, RESULTS_DIR, Claim, get
+from seqlab.claims.recall_report import sweep_file, sweep_section
 from seqlab.results import read_json as _read
 
 __all__ = ["summary_table", "lesson_table", "render_readme"]
@@ -113,7 +114,8 @@ SEQLAB_PROFILE=medium python -m seqlab reproduce gateloop-memory-horizon --seeds
 def render_readme(gathered: dict, notes_dir: str | os.PathLike | None = None) -> str:
     """The results page: one table of every claim (``"not run yet"`` where there is no record), then one
     section per claim with its figure, its numbers per seed, the stand-in and any notes, and last the medium
-    arena's verdicts (:func:`arena_section`) where the folder holds ``arena/medium.json``."""
+    arena's verdicts (:func:`arena_section`) where the folder holds ``arena/medium.json``, and the recall sweep
+    (:func:`seqlab.claims.recall_report.sweep_section`) where it holds ``arena/recall-sweep-medium.json``."""
     out = Path(notes_dir).parent if notes_dir else RESULTS_DIR
     records = {r["id"]: r for r in gathered.get("claims", [])}
     lines = [README_HEAD, "## All claims", "",
@@ -129,6 +131,8 @@ def render_readme(gathered: dict, notes_dir: str | os.PathLike | None = None) ->
             lines += ["", note.read_text().strip()]
     if arena_file(out).is_file():
         lines += ["", *arena_section(out)]
+    if sweep_file(out).is_file():
+        lines += ["", *sweep_section(out)]
     return "\n".join(lines) + "\n"
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from seqlab import config, results
 from seqlab.claims import CLAIMS, FIELDS, RESULTS_DIR, Claim, get, one_math_thread, summarize  # noqa: F401
+from seqlab.claims.recall_report import sweep_figure, sweep_file
 from seqlab.claims.report import arena_figures, arena_file, render_readme
 from seqlab.experiments.rate_search import MAX_EXTENSIONS, at_edge, best_rate, extend_grid
 from seqlab.results import machine, profile_tag
@@ -331,6 +332,9 @@ def write_summary(out) -> None:
             for name, fig in arena_figures(out).items():
                 save_png(fig, arena_file(out).with_name(f"medium-{name}.png"),
                          arena_file(out).with_name(f"medium-{name}.json"))
+        if sweep_file(out).is_file():                 # the recall sweep's figure, from its record as it stands
+            png = sweep_file(out).with_suffix(".png")
+            save_png(sweep_figure(out), png, png.with_suffix(".plotly.json"))
         _write_text(out / "README.md", render_readme(gathered, notes_dir=out / "notes"))
 
 

@@ -1,0 +1,105 @@
+"""The recall sweep on the results page (``results/README.md``): its controls, its figure (accuracy against state
+size, :func:`seqlab.viz.recall.recall_vs_state`), each family's threshold, the effects of the short convolution,
+Based's feature map and LightNet's TPE, and every cell. Read from ``arena/recall-sweep-medium.json`` as it stands:
+the cells are derived again from its runs under its own config, so that the page says what the runs say."""
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["sweep_file", "sweep_rows", "sweep_figure", "sweep_section", "FIGURE_TITLE"]
+
+FIGURE_TITLE = "MQAR recall against state size (medium recall sweep)"
+
+
+def sweep_file(out: Path) -> Path:
+    """The medium recall sweep's record in the results folder ``out``."""
+    return Path(out) / "arena" / "recall-sweep-medium.json"
+
+
+def sweep_rows(out: Path) -> tuple[dict, list[dict]]:
+    """``(record, cells)``: the record and what it says of each cell (:func:`.recall_sweep_plan.cell_rows` over
+    its runs, under the record's config)."""
+    from seqlab.experiments.arena_results import load
+    from seqlab.experiments.recall_sweep_plan import cell_rows, plan_cells
+
+    data = load(sweep_file(out))
+    cfg = data["config"]
+    return data, cell_rows(data["runs"], plan_cells(cfg), cfg)
+
+
+def sweep_figure(out: Path):
+    from seqlab.experiments.recall_sweep_results import RECALLS, frontier
+    from seqlab.viz.recall import recall_vs_state
+
+    _, rows = sweep_rows(out)
+    return recall_vs_state(rows, frontier=frontier(rows), level=RECALLS, title=FIGURE_TITLE)
+
+
+def _seeds(row: dict) -> str:
+    return " / ".join(f"{a:.3f}" for a in row["accuracy"]) or "—"
+
+
+def _threshold(entry: dict | None) -> str:
+    if entry is None:
+        return "—"
+    pending = f" ({len(entry['pending'])} size{'s' if len(entry['pending']) != 1 else ''} pending)" \
+        if entry["pending"] else ""
+    if entry["state"] is not None:
+        return f"{entry['state']:,}{pending}"
+    if not entry["sizes"]:
+        return "pending"
+    return f"none of {', '.join(f'{s:,}' for s in entry['sizes'])}{pending}"
+
+
+def sweep_section(out: Path) -> list[str]:
+    """The section's lines (module docstring); the figure is linked where ``write_summary`` drew it."""
+    from seqlab.experiments.recall_sweep_plan import control_verdicts
+    from seqlab.experiments.recall_sweep_results import RECALLS, effects, thresholds
+
+    data, rows = sweep_rows(out)
+    cfg, task = data["config"], data["config"]["mqar"]
+    finished = sum(r["status"] == "done" for r in rows)
+    pairs = cfg["pairs"]
+    lines = ["## The recall sweep: `arena/recall-sweep-medium.json`", "",
+             f"MQAR with Zoology's filler, {task['vocab_size']} tokens, {task['seq_len']} tokens a sequence, "
+             f"{', '.join(map(str, pairs))} key-value pairs, {cfg['train_size']:,} training sequences a seed; every "
+             f"family at the parameters of a {cfg['n_layers']}-layer Transformer of `d_model` {cfg['width']} (or the "
+             f"budget said), each at several settings of the knob that sets its state; {cfg['steps']} steps of batch "
+             f"{cfg['batch_size']}; seed 0 searches the rate ({', '.join(f'{lr:g}' for lr in cfg['lrs'])}, extended "
+             f"past an edge), seeds 1-{cfg['seeds'] - 1} run at it; test accuracy. **Not finished: {len(data['runs'])} "
+             f"runs, {finished} of {len(rows)} cells done.** Made by `python -m seqlab experiment recall-sweep "
+             "profile=medium checkpoint_dir=results/.runs/recall-sweep` (resumable); `notes/recall-sweep.md` has the "
+             "plan, the calibration and where it stands.", "",
+             "| pairs | positive control (Transformer): test accuracy per seed (threshold) | verdict |", "|---|---|---|"]
+    controls = control_verdicts(rows, cfg)
+    lines += [f"| {p} | {' / '.join(f'{a:.3f}' for a in v['accuracy']) or '—'} ({v['threshold']}) | {v['verdict']} |"
+              for p, v in sorted(controls.items(), key=lambda kv: int(kv[0]))]
+    png = sweep_file(out).with_suffix(".png")
+    if png.is_file():
+        lines += ["", f"![{FIGURE_TITLE}](arena/{png.name})"]
+    elif png.with_suffix(".plotly.json").is_file():
+        lines += ["", f"Figure: [`arena/{png.with_suffix('.plotly.json').name}`](arena/"
+                      f"{png.with_suffix('.plotly.json').name}) (plotly JSON)."]
+    found = thresholds(rows, RECALLS)
+    families = list(dict.fromkeys(r["family"] for r in rows if r["group"] == "state"))
+    lines += ["", f"The smallest state (floats) at which every seed reaches {RECALLS} test accuracy, over each "
+                  "family's state sizes:", "", "| family | " + " | ".join(f"{p} pairs" for p in pairs) + " |",
+              "|---|" + "---|" * len(pairs)]
+    lines += [f"| {f} | " + " | ".join(_threshold(found.get(p, {}).get(f)) for p in pairs) + " |" for f in families]
+    lines += ["", "What an addition changes, against the same cell without it (a difference counts beyond both "
+                  "cells' seed spreads and 0.01):", "", "| pairs | cell | against | test accuracy: with / without | "
+                  "verdict |", "|---|---|---|---|---|"]
+    lines += [f"| {e['pairs']} | {e['cell']} | {e['base']} | "
+              + (f"{e['mean']:.3f} / {e['base_mean']:.3f}" if e["mean"] is not None else "—") + f" | {e['verdict']} |"
+              for e in effects(rows)]
+    lines += ["", "Every cell (the rates: seed 0's validation accuracy at each; test accuracy per seed at the chosen "
+                  "rate):", "", "| pairs | cell | d_model | parameters (x budget) | state | rates searched | chosen | "
+                  "test accuracy per seed | mean ± spread | status |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["pairs"], r["group"] != "reference", r["family"], r["state_size"])):
+        searched = ", ".join(f"{float(lr):g}: {v:.3f}" for lr, v in r["searched"].items()) or "—"
+        mean = f"{r['mean']:.3f} ± {r['spread']:.3f}" if r["spread"] is not None else (
+            f"{r['mean']:.3f}" if r["mean"] is not None else "—")
+        chosen = f"{r['chosen_lr']:g}" + (" (edge)" if r["lr_at_edge"] else "") if r["chosen_lr"] else "—"
+        lines.append(f"| {r['pairs']} | {r['cell']} | {r['d_model']} | {r['params']:,} ({r['budget']:.2f}) | "
+                     f"{r['state_size']:,} | {searched} | {chosen} | {_seeds(r)} | {mean} | {r['status']} |")
+    return lines

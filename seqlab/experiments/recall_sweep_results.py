@@ -1,0 +1,96 @@
+"""What the recall sweep's record says (:mod:`.recall_sweep`), read from its cells (:func:`.recall_sweep_plan.cell_rows`):
+the smallest state at which each family recalls (:func:`thresholds`), the frontier of accuracy against state
+(:func:`frontier`), and what a short convolution, Based's feature map and LightNet's TPE change against the same
+cell without them (:func:`effects`). Only finished cells (every seed at the chosen rate) count, and a difference
+counts only where it exceeds the seeds' spreads (the arena's rule, :data:`.arena_results.MIN_GAP`).
+"""
+from __future__ import annotations
+
+from seqlab.experiments.arena_results import MIN_GAP
+
+__all__ = ["RECALLS", "EFFECT_KNOBS", "done", "thresholds", "frontier", "base_of", "effects", "compare"]
+
+RECALLS = 0.9           # a cell recalls when every seed reaches this test accuracy
+# what each group adds to the cell it is compared with: the knobs that, removed, name that cell
+EFFECT_KNOBS = {"short-conv": ("short_conv",), "feature-map": ("feature_map", "feature_dim"), "ablation": ("tpe",)}
+
+
+def done(rows: list[dict]) -> list[dict]:
+    """The cells with every seed in at their chosen rate."""
+    return [r for r in rows if r["status"] == "done"]
+
+
+def thresholds(rows: list[dict], level: float = RECALLS) -> dict:
+    """``{pairs: {family: {...}}}`` over each family's ``state`` cells: ``"state"``, the smallest state at which every
+    seed reached ``level`` (None where none did), ``"sizes"``, the states finished, and ``"pending"``, those not yet
+    finished (a threshold read while smaller sizes are pending may still move down)."""
+    out: dict = {}
+    for r in rows:
+        if r["group"] != "state":
+            continue
+        entry = out.setdefault(r["pairs"], {}).setdefault(r["family"], {"state": None, "sizes": [], "pending": []})
+        if r["status"] != "done":
+            entry["pending"].append(r["state_size"])
+            continue
+        entry["sizes"].append(r["state_size"])
+        if r["min"] >= level and (entry["state"] is None or r["state_size"] < entry["state"]):
+            entry["state"] = r["state_size"]
+    for by_family in out.values():
+        for entry in by_family.values():
+            entry["sizes"].sort()
+            entry["pending"].sort()
+    return out
+
+
+def frontier(rows: list[dict]) -> dict:
+    """``{pairs: [(state, mean accuracy, cell), ...]}``: the finished cells no smaller state beats (the best mean
+    accuracy reached at that state or below), by increasing state."""
+    out: dict = {}
+    for pairs in sorted({r["pairs"] for r in rows}):
+        best = -1.0
+        for r in sorted(done([r for r in rows if r["pairs"] == pairs]), key=lambda r: (r["state_size"], -r["mean"])):
+            if r["mean"] > best:
+                best = r["mean"]
+                out.setdefault(pairs, []).append((r["state_size"], r["mean"], r["cell"]))
+    return out
+
+
+def _knobs_without(knobs: dict, names) -> dict:
+    return {k: v for k, v in knobs.items() if k not in (*names, "d_model")}
+
+
+def base_of(row: dict, rows: list[dict]) -> dict | None:
+    """The cell ``row`` (a short convolution, a feature map or an ablation) is compared with: the same family at the
+    same number of pairs with the knobs of its group removed (``d_model`` aside), None when the plan has none."""
+    names = EFFECT_KNOBS[row["group"]]
+    want = _knobs_without(row["knobs"], names)
+    return next((r for r in rows if r is not row and r["family"] == row["family"] and r["pairs"] == row["pairs"]
+                 and _knobs_without(r["knobs"], ()) == want), None)
+
+
+def compare(a: dict, b: dict) -> str:
+    """``"higher"``, ``"lower"`` or ``"tie"``: ``a``'s mean against ``b``'s, a difference counted only beyond both
+    seeds' spreads together and beyond :data:`MIN_GAP`."""
+    gap = a["mean"] - b["mean"]
+    if abs(gap) <= max(MIN_GAP, (a["spread"] or 0.0) + (b["spread"] or 0.0)):
+        return "tie"
+    return "higher" if gap > 0 else "lower"
+
+
+def effects(rows: list[dict]) -> list[dict]:
+    """Each cell of the groups of :data:`EFFECT_KNOBS` against its base (:func:`base_of`): ``{"cell", "base",
+    "pairs", "group", "mean", "base_mean", "difference", "verdict"}``; the verdict is :func:`compare`'s ("higher":
+    the addition helped), or ``"pending"`` while either cell lacks seeds."""
+    out = []
+    for r in rows:
+        if r["group"] not in EFFECT_KNOBS:
+            continue
+        base = base_of(r, rows)
+        if base is None:
+            continue
+        ready = r["status"] == "done" and base["status"] == "done"
+        out.append({"cell": r["cell"], "base": base["cell"], "pairs": r["pairs"], "group": r["group"],
+                    "mean": r["mean"] if ready else None, "base_mean": base["mean"] if ready else None,
+                    "difference": round(r["mean"] - base["mean"], 6) if ready else None,
+                    "verdict": compare(r, base) if ready else "pending"})
+    return out

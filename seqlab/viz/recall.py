@@ -1,0 +1,95 @@
+"""The recall sweep's picture (lesson 08, ``results/README.md``): MQAR test accuracy against state size, one panel per
+number of key-value pairs (Zoology, arXiv 2312.04927, Fig. 2; Based, arXiv 2402.18668, Fig. 2), drawn from the
+record's cells (``seqlab.experiments.recall_sweep_plan.cell_rows``) and, where given, its frontier
+(``seqlab.experiments.recall_sweep_results.frontier``).
+"""
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+
+from seqlab.viz.style import color, new_figure
+
+__all__ = ["recall_vs_state", "SYMBOLS"]
+
+# a family's sweep over its state knob is a line; the other groups are single points in the family's colour
+SYMBOLS = {"state": "circle", "short-conv": "diamond", "feature-map": "square", "ablation": "x", "reference": "star"}
+_ADDED = {"short-conv": "short conv", "feature-map": "Taylor map", "ablation": "no TPE"}
+
+
+def _hover(r: dict) -> str:
+    seeds = " / ".join(f"{a:.3f}" for a in r["accuracy"])
+    return (f"{r['cell']}<br>{r['pairs']} pairs, state {r['state_size']:,} floats<br>d_model {r['d_model']}, "
+            f"{r['params']:,} parameters ({r['budget']:.2f}x)<br>lr {r['chosen_lr']:g}: {seeds}"
+            + ("" if r["status"] == "done" else f"<br>{r['status']}"))
+
+
+def _label(r: dict) -> str:
+    extra = [_ADDED[r["group"]]] if r["group"] in _ADDED else []
+    if r["group"] == "feature-map" or (r["group"] == "short-conv" and "feature_dim" in r["knobs"]):
+        extra = [f"Taylor {r['knobs']['feature_dim']}"] + (["conv"] if r["group"] == "short-conv" else [])
+    return f"{r['family']} ({', '.join(extra)})" if extra else r["family"]
+
+
+def recall_vs_state(rows: list[dict], *, frontier: dict | None = None, level: float | None = 0.9,
+                    title: str = "MQAR recall against state size") -> go.Figure:
+    """Test accuracy against state size (floats held per sequence at decoding, log axis), a panel per number of
+    pairs. Each family's ``state`` cells are a line through the seeds' mean, with the seeds' lowest and highest as a
+    band; the other groups are points in the family's colour (a diamond: a short convolution; a square: the Taylor
+    map; an x: LightNet without TPE), the reference a star. A cell whose seeds are still running is an open marker
+    at the mean of the seeds in. ``frontier`` (``{pairs: [(state, accuracy, cell), ...]}``): a dashed step through
+    the best accuracy reached at each state or below. ``level``: a dotted line (the accuracy a cell must reach in
+    every seed to count as recalling)."""
+    shown = [r for r in rows if r["accuracy"]]
+    pairs = sorted({r["pairs"] for r in rows})
+    families = list(dict.fromkeys(r["family"] for r in rows))
+    fig = new_figure(1, len(pairs), subplot_titles=[f"{p} key-value pairs" for p in pairs], shared_yaxes=True,
+                     title=title, height=560, width=max(760, 330 * len(pairs)), horizontal_spacing=0.04)
+    legend: set = set()
+    states = [r["state_size"] for r in rows]
+    span = [math.log10(min(states) / 1.5), math.log10(max(states) * 1.5)]     # one x range: the panels compare
+    for col, p in enumerate(pairs, start=1):
+        for i, family in enumerate(families):
+            c = "#222222" if any(r["group"] == "reference" for r in rows if r["family"] == family) else color(i)
+            mine = [r for r in shown if r["pairs"] == p and r["family"] == family]
+            line = sorted((r for r in mine if r["group"] == "state"), key=lambda r: r["state_size"])
+            if len(line) > 1:
+                xs = [r["state_size"] for r in line]
+                lo, hi = [min(r["accuracy"]) for r in line], [max(r["accuracy"]) for r in line]
+                fig.add_trace(go.Scatter(x=xs + xs[::-1], y=hi + lo[::-1], fill="toself", fillcolor=c, opacity=0.18,
+                                         line=dict(width=0), hoverinfo="skip", showlegend=False), row=1, col=col)
+            for group in dict.fromkeys(r["group"] for r in mine):
+                pts = sorted((r for r in mine if r["group"] == group), key=lambda r: r["state_size"])
+                for key in dict.fromkeys(_label(r) for r in pts):
+                    sub = [r for r in pts if _label(r) == key]
+                    closed = [r["status"] == "done" for r in sub]
+                    fig.add_trace(go.Scatter(
+                        x=[r["state_size"] for r in sub], y=[sum(r["accuracy"]) / len(r["accuracy"]) for r in sub],
+                        mode="lines+markers" if group == "state" and len(sub) > 1 else "markers", name=key,
+                        legendgroup=key, showlegend=key not in legend, line=dict(color=c, width=2),
+                        marker=dict(symbol=[SYMBOLS[group] + ("" if d else "-open") for d in closed], color=c,
+                                    size=13 if group == "reference" else 9, line=dict(color=c, width=1.5)),
+                        error_y=dict(type="data", symmetric=False, width=3, thickness=1,
+                                     array=[max(r["accuracy"]) - sum(r["accuracy"]) / len(r["accuracy"]) for r in sub],
+                                     arrayminus=[sum(r["accuracy"]) / len(r["accuracy"]) - min(r["accuracy"])
+                                                 for r in sub]) if group != "state" else None,
+                        hovertext=[_hover(r) for r in sub], hovertemplate="%{hovertext}<extra></extra>"),
+                        row=1, col=col)
+                    legend.add(key)
+        if frontier and frontier.get(p):
+            pts = frontier[p]
+            fig.add_trace(go.Scatter(x=[s for s, _, _ in pts], y=[a for _, a, _ in pts], mode="lines",
+                                     line=dict(color="#888888", dash="dash", shape="hv", width=1.5), name="frontier",
+                                     legendgroup="frontier", showlegend="frontier" not in legend,
+                                     hovertext=[c for _, _, c in pts],
+                                     hovertemplate="frontier: %{hovertext}<br>%{y:.3f}<extra></extra>"),
+                          row=1, col=col)
+            legend.add("frontier")
+        if level is not None:
+            fig.add_hline(y=level, line=dict(color="#999999", dash="dot", width=1), row=1, col=col)
+        fig.update_xaxes(type="log", dtick=1, range=span, title_text="state size (floats, log scale)", row=1, col=col)
+        fig.update_yaxes(range=[-0.02, 1.02], row=1, col=col,
+                         title_text="test accuracy (band: the seeds' range)" if col == 1 else None)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0), margin=dict(b=170))
+    return fig

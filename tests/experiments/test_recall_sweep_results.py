@@ -1,0 +1,126 @@
+"""What the recall sweep's record says (issue #51 item 5): each family's threshold (the smallest state at which every
+seed recalls), the frontier, the effect of each addition against the same cell without it, the figure, and the
+section of the results page, all read from run records."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from seqlab import claims
+from seqlab.claims import recall_report
+from seqlab.experiments import recall_sweep_plan as P
+from seqlab.experiments import recall_sweep_results as RR
+from seqlab.viz.recall import recall_vs_state
+
+
+def _row(family, state, accs, *, group="state", pairs=4, knobs=None, status="done"):
+    mean = sum(accs) / len(accs) if accs else None
+    spread = (sum((a - mean) ** 2 for a in accs) / (len(accs) - 1)) ** 0.5 if len(accs) > 1 else None
+    return {"family": family, "cell": f"{family} {state}", "group": group, "knobs": knobs or {"n": state},
+            "pairs": pairs, "state_size": state, "d_model": 8, "params": 100, "budget": 1.0, "chosen_lr": 1e-3,
+            "lr_at_edge": False, "status": status, "accuracy": list(accs), "mean": mean, "spread": spread,
+            "min": min(accs) if accs else None}
+
+
+def test_a_threshold_is_the_smallest_state_where_every_seed_recalls():
+    rows = [_row("gateloop", 100, [0.5, 0.6, 0.4]), _row("gateloop", 400, [0.95, 0.85, 0.97]),
+            _row("gateloop", 1600, [0.99, 0.98, 0.99]), _row("gateloop", 6400, [1.0, 1.0, 1.0]),
+            _row("lrnn", 50, [0.1, 0.1, 0.1]), _row("lrnn", 200, [0.2], status="seeds pending"),
+            _row("lightnet", 300, [], status="searching"),
+            _row("gateloop", 50, [0.99, 0.99, 0.99], group="short-conv", knobs={"n": 50, "short_conv": 4})]
+    found = RR.thresholds(rows)[4]
+    assert found["gateloop"] == {"state": 1600, "sizes": [100, 400, 1600, 6400], "pending": []}   # 400: one seed 0.85
+    assert found["lrnn"] == {"state": None, "sizes": [50], "pending": [200]}
+    assert found["lightnet"] == {"state": None, "sizes": [], "pending": [300]}
+    assert RR.thresholds(rows, level=0.8)[4]["gateloop"]["state"] == 400
+    assert recall_report._threshold(found["gateloop"]) == "1,600"
+    assert recall_report._threshold(found["lrnn"]) == "none of 50 (1 size pending)"
+    assert recall_report._threshold(found["lightnet"]) == "pending"
+
+
+def test_the_frontier_keeps_the_cells_no_smaller_state_beats():
+    rows = [_row("a", 100, [0.3] * 3), _row("b", 200, [0.2] * 3), _row("a", 400, [0.6] * 3),
+            _row("b", 400, [0.7] * 3), _row("c", 800, [0.5] * 3), _row("t", 1000, [1.0] * 3, group="reference"),
+            _row("d", 150, [0.9], status="seeds pending"), _row("a", 100, [0.9] * 3, pairs=8)]
+    found = RR.frontier(rows)
+    assert [(s, c) for s, _, c in found[4]] == [(100, "a 100"), (400, "b 400"), (1000, "t 1000")]
+    assert [a for _, a, _ in found[4]] == pytest.approx([0.3, 0.7, 1.0])
+    assert [(s, c) for s, _, c in found[8]] == [(100, "a 100")]
+
+
+def test_each_addition_is_compared_with_the_same_cell_without_it():
+    cfg = P.SIZES["medium"]
+    rows = []
+    for cell in P.plan_cells(cfg, pairs=[4]):
+        acc = {"short-conv": [0.9, 0.92, 0.91], "feature-map": [0.5, 0.505, 0.51]}.get(cell["group"], [0.5, 0.5, 0.5])
+        rows.append({**cell, "status": "done", "accuracy": acc, "mean": sum(acc) / 3, "min": min(acc),
+                     "spread": 0.01})
+    rows[-1] = {**rows[-1], "status": "seeds pending"}                          # the last cell: LightNet without TPE
+    found = {e["cell"]: e for e in RR.effects(rows)}
+    assert {c: e["base"] for c, e in found.items()} == {
+        "linear-transformer feature_dim=4 feature_map=taylor n_heads=4": "linear-transformer n_heads=4",
+        "linear-transformer feature_dim=8 feature_map=taylor n_heads=4": "linear-transformer n_heads=4",
+        "gateloop n_heads=4 short_conv=4": "gateloop n_heads=4",
+        "linear-transformer n_heads=4 short_conv=4": "linear-transformer n_heads=4",
+        "lrnn d_model=174 d_state=48 short_conv=4": "lrnn d_state=48",
+        "linear-transformer feature_dim=8 feature_map=taylor n_heads=4 short_conv=4":
+            "linear-transformer feature_dim=8 feature_map=taylor n_heads=4",
+        "lightnet n_heads=4 tpe=False": "lightnet n_heads=4"}
+    assert found["gateloop n_heads=4 short_conv=4"]["verdict"] == "higher"
+    assert found["gateloop n_heads=4 short_conv=4"]["difference"] == pytest.approx(0.41)
+    assert found["linear-transformer feature_dim=8 feature_map=taylor n_heads=4"]["verdict"] == "tie"   # 0.005 < 0.02
+    assert found["lightnet n_heads=4 tpe=False"]["verdict"] == "pending"
+    assert RR.compare({"mean": 0.5, "spread": 0.0}, {"mean": 0.52, "spread": 0.0}) == "lower"
+    assert RR.compare({"mean": 0.5, "spread": 0.0}, {"mean": 0.505, "spread": 0.0}) == "tie"     # under 0.01
+
+
+def test_the_figure_has_a_panel_per_number_of_pairs_and_marks_what_is_unfinished():
+    rows = [_row("transformer", 5000, [1.0, 1.0, 1.0], group="reference", knobs={}),
+            _row("gateloop", 100, [0.2, 0.3, 0.25]), _row("gateloop", 400, [0.5, 0.7, 0.6]),
+            _row("gateloop", 1600, [0.9], status="seeds pending"),
+            _row("gateloop", 400, [0.8, 0.85, 0.9], group="short-conv", knobs={"n": 400, "short_conv": 4}),
+            _row("gateloop", 100, [0.1, 0.1, 0.1], pairs=16), _row("gateloop", 400, [], pairs=16, status="searching")]
+    fig = recall_vs_state(rows, frontier=RR.frontier(rows))
+    assert [a.text for a in fig.layout.annotations][:2] == ["4 key-value pairs", "16 key-value pairs"]
+    line = next(t for t in fig.data if t.name == "gateloop" and t.xaxis == "x")
+    assert list(line.x) == [100, 400, 1600] and line.y[1] == pytest.approx(0.6)
+    assert list(line.marker.symbol) == ["circle", "circle", "circle-open"]
+    conv = next(t for t in fig.data if t.name == "gateloop (short conv)")
+    assert conv.marker.symbol == ("diamond",) and conv.error_y.array[0] == pytest.approx(0.05)
+    frontier = [t for t in fig.data if t.name == "frontier"]
+    assert [list(t.x) for t in frontier] == [[100, 400, 5000], [100]]
+    assert sum(s.type == "line" for s in fig.layout.shapes) == 2                 # the 0.9 line in each panel
+
+
+def _sweep_run(cell, seed, lr, acc, cfg):
+    task = cfg["mqar"]
+    return {**{k: cell[k] for k in ("family", "cell", "group", "knobs", "pairs", "d_model", "params", "target_params",
+                                     "budget", "state_size")},
+            "seed": seed, "lr": lr, "validation_accuracy": acc, "accuracy": acc, "seq_len": task["seq_len"],
+            "vocab_size": task["vocab_size"], "filler": task["filler"], "train_size": cfg["train_size"],
+            "width": cfg["width"], "steps": cfg["steps"]}
+
+
+def test_the_results_page_shows_the_sweep_as_its_record_stands(tmp_path):
+    cfg = {**P.SIZES["quick"], "seeds": 2, "lrs": [1e-3, 3e-3, 1e-2]}
+    plan = P.plan_cells(cfg, ["transformer", "gateloop"], [2])
+    ref, gl = plan[0], next(c for c in plan if c["knobs"] == {"n_heads": 2})
+    runs = [_sweep_run(ref, 0, lr, a, cfg) for lr, a in ((1e-3, 0.95), (3e-3, 1.0), (1e-2, 0.2))]
+    runs += [_sweep_run(ref, 1, 3e-3, 0.995, cfg)]
+    runs += [_sweep_run(gl, 0, lr, a, cfg) for lr, a in ((1e-3, 0.4), (3e-3, 0.6), (1e-2, 0.3))]
+    (tmp_path / "arena").mkdir()
+    record = recall_report.sweep_file(tmp_path)
+    record.write_text(json.dumps({"config": cfg, "runs": runs}))
+    page = claims.render_readme({"claims": []}, notes_dir=tmp_path / "notes")
+    section = page[page.index("## The recall sweep"):]
+    assert "**Not finished: 7 runs, 1 of " in section
+    assert "| 2 | 1.000 / 0.995 (0.99) | learned |" in section
+    assert f"| 2 | gateloop n_heads=2 | {gl['d_model']} |" in section
+    assert "| 0.001: 0.400, 0.003: 0.600, 0.01: 0.300 | 0.003 | 0.600 | 0.600 | seeds pending |" in section
+    assert "| gateloop | pending | pending |" in section
+    assert "![" not in section
+    record.with_suffix(".png").write_bytes(b"png")
+    assert f"![{recall_report.FIGURE_TITLE}](arena/recall-sweep-medium.png)" in claims.render_readme(
+        {"claims": []}, notes_dir=tmp_path / "notes")
+    assert "## The recall sweep" not in claims.render_readme({"claims": []}, notes_dir=tmp_path / "elsewhere" / "x")
