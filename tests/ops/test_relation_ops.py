@@ -211,3 +211,35 @@ def test_exact_pre_norm_when_keys_cancel_queries():
     out = relation(p, q, pre_norm="exact", mode="quadratic")
     check(out, ref, 1e-4, "exact pre-norm, cancelling pairs")
     check(torch.autograd.grad(out.sum(), q)[0], torch.autograd.grad(ref.sum(), q)[0].float(), 1e-4, "its gradient")
+
+
+@pytest.mark.parametrize("L", [1, 2, 7, 64, 1000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_shifted_prefix_logsumexp_matches_float64_values_and_gradients(L, dtype):
+    from seqlab.ops.relation.linear import prefix_logsumexp
+
+    p = (torch.randn(3, L, 5, dtype=dtype) * 4).requires_grad_(True)
+    g = torch.randn(3, L, 5, dtype=dtype)
+    ref_p = p.detach().double().requires_grad_(True)
+    ref = torch.logcumsumexp(ref_p, dim=1)
+    got = prefix_logsumexp(p)
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    check(got, ref.to(dtype), tol, f"prefix log-sum-exp, L={L}")
+    (grad,), (ref_grad,) = torch.autograd.grad((got * g).sum(), p), torch.autograd.grad((ref * g.double()).sum(), ref_p)
+    check(grad, ref_grad.to(dtype), tol, f"its gradient, L={L}")
+
+
+@pytest.mark.parametrize("gap", [59.0, 61.0, 1000.0])
+def test_the_shifted_prefix_logsumexp_is_exact_on_either_side_of_its_range(gap):
+    """First keys ``gap`` below the channel's largest: within SHIFT_RANGE (60) the shifted sums, past it the
+    sequential log-add; both exact, the prefixes far below the maximum included."""
+    from seqlab.ops.relation.linear import SHIFT_RANGE, prefix_logsumexp
+
+    p = torch.randn(2, 50, 4)
+    p[:, 0] = -gap / 2
+    p[:, -1] = gap / 2                                   # the last key sets the channel's maximum
+    ref = torch.logcumsumexp(p.double(), dim=1)
+    got = prefix_logsumexp(p)
+    assert torch.isfinite(got).all()
+    assert (gap > SHIFT_RANGE[torch.float32]) == bool((got == torch.logcumsumexp(p, dim=1)).all())   # which form ran
+    check(got, ref.float(), 1e-5, f"prefix log-sum-exp, first keys {gap} below the maximum")
