@@ -29,7 +29,7 @@ def build_gateloop(*, vocab_size: int, num_classes: int | None = None, seq_len: 
     """GateLoop model (any length; causal, so it is a language model or a last-position classifier).
 
     ``d_qk``, ``d_v``: total widths of the queries and keys, and of the values (None: d_model).
-    ``n_heads``: heads of dk = d_qk / n_heads, dv = d_v / n_heads (None: d_qk, the paper's dk = dv = 1).
+    ``n_heads``: sets the state: heads of dk = d_qk / n_heads, dv = d_v / n_heads (None: the paper's dk = dv = 1).
     ``short_conv``: width of a causal depthwise conv on the time mixing's input (0: none; not in the paper).
     State per sequence and layer: ``2 * d_qk * d_v / n_heads + (short_conv - 1) * d_model`` floats (complex S_n;
     no conv term without one): ``model.state_size(t)``.

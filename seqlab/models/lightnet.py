@@ -46,6 +46,9 @@ def build_lightnet(*, vocab_size: int, num_classes: int | None = None, seq_len: 
                    pool: str = "mean", abs_pos: bool = False, mode: str = "auto") -> SequenceModel:
     """LightNet; ``num_classes=None``: causal LM, else non-causal classifier on ``grid``.
 
+    ``n_heads``: sets the state: heads of d = d_model / n_heads, each a d_k x d_v sum (keys doubled by LRPE).
+    ``tpe``: the 1-D TPE (an SSM over the tokens, eq. 11-12); ``False`` drops it (Table 1's ablation).
+
     ``abs_pos=True`` adds learned absolute position embeddings (a grid classifier only), as the DeiT
     pipeline that LightNet's image classifier is built into has them (§5.1); off by default.
 

@@ -66,6 +66,7 @@ def build_linear_causalrn(*, vocab_size, num_classes=None, seq_len=None, d_model
                           positions="sinusoidal"):
     """CausalRN with ``exp`` and no exact pre-norm: the linear-time form (000 eq. 9), with fixed sinusoidal
     positions so that it decodes any length (``positions="learned"``: the paper's table, capped at ``max_len``).
+    ``state_expansion``: sets the state: hidden width d_h = state_expansion x d_model (a running log-sum-exp).
     Initialised as paper 000 App. B, as :func:`build_causalrn`."""
     config = dict(d_model=d_model, n_layers=n_layers, activation=activation, post_norm=post_norm,
                   state_expansion=state_expansion, max_len=max_len, embed_std=embed_std, positions=positions)
