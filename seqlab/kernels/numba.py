@@ -27,7 +27,7 @@ except Exception as exc:  # noqa: BLE001 - any import failure means "no compiled
     HAVE_NUMBA = False
     _IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
 
-__all__ = ["HAVE_NUMBA", "NumbaUnavailable", "require_numba", "jit", "as_numpy", "use_threads", "MAX_ABS2"]
+__all__ = ["HAVE_NUMBA", "NumbaUnavailable", "require_numba", "jit", "jit_reassoc", "jit_exact", "as_numpy", "use_threads", "MAX_ABS2"]
 
 # |a| above 1 + 1e-6 is refused (the torch modes' bound), compared as |a|^2.
 MAX_ABS2 = (1.0 + 1e-6) ** 2
@@ -35,6 +35,11 @@ MAX_ABS2 = (1.0 + 1e-6) ** 2
 if HAVE_NUMBA:
     # every compiled loop: parallel over independent sequences (prange), cached, exact IEEE arithmetic
     jit = numba.njit(parallel=True, cache=True, fastmath=False, nogil=True)
+    # a loop whose floating-point sums may be reordered, so that a row sum vectorises (LLVM's ``reassoc`` flag
+    # alone: no assumption about NaN, inf or signed zeros); every other operation stays exact
+    jit_reassoc = numba.njit(parallel=True, cache=True, fastmath={"reassoc"}, nogil=True)
+    # an exact helper called from a ``jit_reassoc`` loop (flags are per instruction: inlined, it stays exact)
+    jit_exact = numba.njit(cache=True, fastmath=False, nogil=True)
 
 
 class NumbaUnavailable(RuntimeError):

@@ -420,3 +420,19 @@ def test_numba_row_kernel_checks(t):
     edge = torch.polar(torch.ones(1, 8, 300, 1), a.angle())      # |a| = 1 exactly is allowed
     check(gateloop(q.nan_to_num(posinf=0.0), k, v, edge, mode="numba"),
           reference(q.nan_to_num(posinf=0.0), k, v, edge)[0], 1e-5, "row kernel, |a| = 1")
+
+
+def test_numba_gradients_at_wide_heads_match_the_float64_recurrence():
+    """dk = dv = 52 (the sweep's one-headed GateLoop): the backward kernel's row sums run vectorised (reordered);
+    in float32 its gradients still equal the float64 recurrence's, past a checkpoint (L = 70)."""
+    q, k, v, a = make_inputs(2, 1, 70, 52, 52, complex_=False)
+    a = torch.polar(a.abs(), torch.rand_like(a) * 6)
+    ins = [t.float().clone().requires_grad_() if not t.is_complex() else t.clone().requires_grad_()
+           for t in (q, k, v, a)]
+    ref_ins = [to64(t).requires_grad_() for t in ins]
+    y, ref = gateloop(*ins, mode="numba"), gateloop(*ref_ins, mode="recurrent")
+    w = torch.randn(y.shape, dtype=torch.float64)
+    (y.real.double() * w).sum().backward()
+    (ref.real * w).sum().backward()
+    for name, t, r in zip("qkva", ins, ref_ins):
+        check(t.grad, r.grad, 1e-5, f"numba grad {name}, dk = dv = 52")

@@ -26,7 +26,7 @@ if HAVE_NUMBA:
     import numba
     from numba import prange
 
-    from seqlab.kernels.numba import jit
+    from seqlab.kernels.numba import jit, jit_exact, jit_reassoc
 
     @numba.njit(cache=True, nogil=True)
     def _row_stats(y, a, out):  # pragma: no cover - compiled
@@ -150,7 +150,20 @@ if HAVE_NUMBA:
                         dv_[b, t, n] = g * np.conj(k[b, t, n])
                         G[n] = np.conj(a[b, t, n]) * g
 
-    @jit
+    @jit_exact
+    def _recompute_chunk(q, k, v, a, checkpoints, n, c, t0, t1, buf):  # pragma: no cover - compiled
+        """The states ``S_{t0} .. S_{t1}`` of chunk ``c`` of row ``n`` into ``buf``, from its checkpoint, by the
+        forward pass's operations (eq. 7): the same bits as the forward pass."""
+        dk, dv = buf.shape[1], buf.shape[2]
+        for i in range(dk):
+            for j in range(dv):
+                buf[0, i, j] = checkpoints[n, c, i, j]
+        for t in range(t0, t1):
+            for i in range(dk):
+                for j in range(dv):
+                    buf[t - t0 + 1, i, j] = a[n, t, i] * buf[t - t0, i, j] + k[n, t, i] * v[n, t, j]
+
+    @jit_reassoc
     def _gateloop_backward_kernel(q, k, v, a, checkpoints, chunk, gy, gS,
                                   dq, dk_, dv_, da, dh0):  # pragma: no cover - compiled
         """The reverse recurrence of eq. 7-8 (PyTorch's conjugate convention for complex inputs).
@@ -160,8 +173,10 @@ if HAVE_NUMBA:
             dq_n = gy_n S_n^H,  da_n = rowsum(G_n . conj(S_{n-1})),  dk_n = G_n conj(v_n)^T,
             dv_n = conj(k_n) G_n,  dh0 = diag(conj(a_1)) G_1.
         The states ``S_{n-1}, S_n`` of a chunk are recomputed from its checkpoint (the forward pass's
-        operations, so the same bits) into a buffer of ``chunk + 1`` states. The gradients are
-        accumulated in the output arrays, which have the dtype of the computation.
+        operations, so the same bits: :func:`_recompute_chunk`, exact) into a buffer of ``chunk + 1`` states.
+        The gradients are accumulated in the output arrays, which have the dtype of the computation. The row
+        sums over ``j`` may be reordered (``jit_reassoc``), so that they vectorise: about twice as fast at
+        ``dk = dv = 52``, the same sums up to float rounding.
         """
         N, L, dk = q.shape
         dv = v.shape[2]
@@ -175,13 +190,7 @@ if HAVE_NUMBA:
             for c in range(nC - 1, -1, -1):
                 t0 = c * chunk
                 t1 = min(L, t0 + chunk)
-                for i in range(dk):
-                    for j in range(dv):
-                        buf[0, i, j] = checkpoints[n, c, i, j]
-                for t in range(t0, t1):
-                    for i in range(dk):
-                        for j in range(dv):
-                            buf[t - t0 + 1, i, j] = a[n, t, i] * buf[t - t0, i, j] + k[n, t, i] * v[n, t, j]
+                _recompute_chunk(q, k, v, a, checkpoints, n, c, t0, t1, buf)
                 for t in range(t1 - 1, t0 - 1, -1):
                     S_t = buf[t - t0 + 1]
                     S_prev = buf[t - t0]
