@@ -1,6 +1,6 @@
 """Stage the recall sweep as it stands, for a commit, while its sittings keep running.
 
-    .venv/bin/python tools/sweep_snapshot.py && git commit -m "Recall sweep: ..."
+    .venv/bin/python tools/sweep_snapshot.py && git commit -m "Recall sweep: ..."   # the staged files: no paths
 
 Under the record's lock (the one every sitting takes to add a run: ``seqlab.results.merge``), the results page and
 the sweep's figure are drawn again from the record (``seqlab.claims.run.write_summary``) and the three files are
