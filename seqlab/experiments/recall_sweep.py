@@ -17,7 +17,8 @@ of the plan); accuracy read on the test split (a run whose loss diverged is reco
 search moves away from its rate). Every run records ``state_size`` (floats held at decoding, ``model.state_size``), ``initial_loss`` (the
 loss before the first step, checked against ln(vocabulary)) and ``curve`` (validation accuracy every
 ``eval_every`` steps). The reference cells run first (the controls: every seed must reach ``threshold``), then
-the others, fewest pairs first, each cell whole before the next.
+every other cell at the fewest pairs, the state cells at more pairs, the additions at more pairs last
+(:func:`.recall_sweep_plan.plan_cells`), each cell whole before the next.
 
 The record, ``results/arena/recall-sweep-<profile>.json``: ``{"command", "versions", "profile", "config",
 "runs": [...], "cells": [...], "verdicts": {...}}``. Each finished run is merged into it at once under its lock and

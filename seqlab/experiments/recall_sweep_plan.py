@@ -110,7 +110,9 @@ def cell_width(family: str, knobs: dict, cfg: dict) -> dict:
 
 def plan_cells(cfg: dict, families=None, pairs=None) -> list[dict]:
     """Every cell of the sweep in the order it runs: the reference at every number of pairs first (the controls:
-    a budget the Transformer cannot learn in is learnt early), then the other cells, fewest pairs first. Each with
+    a budget the Transformer cannot learn in is learnt early), then every other cell at the fewest pairs, then the
+    state cells at more pairs (fewest first), last the additions (short convolution, feature map, ablation) at more
+    pairs: what a sweep cut short lacks is then the least needed. Each with
     its width (:func:`cell_width`) and ``state_size`` at the task's length. ``families``/``pairs``: a subset."""
     seq_len = cfg["mqar"]["seq_len"]
     out = []
@@ -126,7 +128,10 @@ def plan_cells(cfg: dict, families=None, pairs=None) -> list[dict]:
             out.append({"family": cell["family"], "knobs": knobs, "group": cell.get("group", "state"),
                         "cell": cell_label(cell), "pairs": p, "state_size": state, **width})
     out = [c for c in out if (families is None or c["family"] in families) and (pairs is None or c["pairs"] in pairs)]
-    return sorted(out, key=lambda c: (c["group"] != "reference", c["pairs"]))
+    fewest = min(cfg["pairs"])
+    # the controls; every cell at the fewest pairs; the state cells at more pairs; last the additions at more pairs
+    return sorted(out, key=lambda c: (c["group"] != "reference", c["pairs"] != fewest and c["group"] != "state",
+                                      c["pairs"]))
 
 
 def state_spans(cells: list[dict], group: str = "state") -> dict:

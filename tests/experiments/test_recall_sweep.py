@@ -42,8 +42,11 @@ def test_each_linear_family_spans_eight_times_its_state_at_one_budget(profile):
         assert 4 * cell["pairs"] <= cfg["mqar"]["seq_len"]
     assert {c["pairs"] for c in plan if c["group"] == "reference"} == set(cfg["pairs"])
     assert [c["group"] for c in plan][:len(cfg["pairs"])] == ["reference"] * len(cfg["pairs"])   # controls first
-    rest = [c["pairs"] for c in plan[len(cfg["pairs"]):]]
-    assert rest == sorted(rest)                                                                  # fewest pairs first
+    rest = plan[len(cfg["pairs"]):]
+    fewest = min(cfg["pairs"])
+    order = [(c["pairs"] != fewest and c["group"] != "state", c["pairs"]) for c in rest]
+    assert order == sorted(order)                # every cell at the fewest pairs, the state cells, then the additions
+    assert rest[0]["pairs"] == fewest and (profile == "quick" or rest[-1]["group"] != "state")
     groups = {c["group"] for c in plan}
     if profile != "quick":
         assert len(cfg["pairs"]) >= 3 and {"short-conv", "feature-map"} <= groups
