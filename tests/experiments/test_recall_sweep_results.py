@@ -124,3 +124,28 @@ def test_the_results_page_shows_the_sweep_as_its_record_stands(tmp_path):
     assert f"![{recall_report.FIGURE_TITLE}](arena/recall-sweep-medium.png)" in claims.render_readme(
         {"claims": []}, notes_dir=tmp_path / "notes")
     assert "## The recall sweep" not in claims.render_readme({"claims": []}, notes_dir=tmp_path / "elsewhere" / "x")
+
+
+def test_the_step_benchmark_times_each_cell_and_counts_the_runs_its_record_lacks(capsys, tmp_path, monkeypatch):
+    """benchmarks/recall_sweep.py on the quick plan (no time is asserted, only what the table says)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "recall_sweep.py"
+    spec = importlib.util.spec_from_file_location("bench_recall_sweep", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    row = _row("gateloop", 100, [])
+    assert module.runs_lacking({**row, "status": "searching", "searched": {}}) == 5
+    assert module.runs_lacking({**row, "status": "seeds pending", "searched": {"0.001": 0.1, "0.003": 0.2,
+                                                                             "0.01": 0.1, "0.03": 0.0}}) == 2
+    assert module.runs_lacking({**row, "status": "done", "searched": {}}) == 0
+    monkeypatch.setattr(module.R, "default_out", lambda profile: tmp_path / "no-record.json")   # nothing run yet
+    assert module.main(["--profile", "quick", "--families", "transformer", "gateloop", "--repeats", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {line.split("  ")[0].strip(): line.split() for line in lines[3:-1]}
+    assert list(rows) == ["transformer", "gateloop n_heads=26", "gateloop n_heads=2", "gateloop n_heads=1",
+                          "gateloop n_heads=2 short_conv=4"]
+    assert rows["transformer"][-3:-1] == ["1.00", "10"]                  # 5 runs at each of the 2 numbers of pairs
+    assert all(r[-2] == "10" for r in rows.values())
+    assert lines[-1].startswith("lacking over every number of pairs: at least 50 runs")
