@@ -48,7 +48,7 @@ from seqlab.train.history import (INITIAL_LOSS_TOLERANCE, THRESHOLDS, History, P
                             run_summary)
 from seqlab.train.interrupt import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, Interrupted, TrainingInterrupted  # noqa: F401
 from seqlab.train.schedule import batch_indices, lr_at
-from seqlab.tasks.base import Task, check_compatible, model_name
+from seqlab.tasks.base import IGNORE, Task, check_compatible, model_name
 from seqlab.train.config import TrainConfig
 
 __all__ = ["fit", "TrainConfig", "evaluate", "History", "StopTraining", "TrainingInterrupted", "check_compatible", "lr_at",
@@ -129,6 +129,28 @@ def _call_hook(callbacks: Iterable, hook: str, *args) -> None:
         fn = getattr(cb, hook, None)
         if callable(fn):
             fn(*args)
+
+
+
+def head_on_features(model) -> bool:
+    """Whether ``model(x)`` is ``model.head(model.features(x))``, row for row: a language model of seqlab's
+    :class:`~seqlab.models.common.SequenceModel` whose ``forward`` is that class's."""
+    from seqlab.models.common import SequenceModel
+
+    return (isinstance(model, SequenceModel) and model.num_classes is None
+            and type(model).forward is SequenceModel.forward)
+
+
+def _training_logits(net, model, batch: dict, labelled_only: bool) -> tuple[torch.Tensor, dict]:
+    """The logits a training step's loss reads, and the batch they score. A language model's loss reads only its
+    labelled tokens, so with ``labelled_only`` its head runs on those rows alone: ``head(features(x)[mask])`` holds
+    the rows of ``model(x)[mask]`` (the same loss and gradients up to float rounding), and MQAR's 4 labels of 64
+    tokens skip most of the head's work and its softmax. Otherwise every position (``net``: the model, or its
+    DistributedDataParallel wrapper, which must see the call)."""
+    if not labelled_only:
+        return net(batch["input_ids"]), batch
+    mask = batch["labels"] != IGNORE
+    return model.head(model.features(batch["input_ids"])[mask]), {"labels": batch["labels"][mask]}
 
 
 def fit(model: nn.Module, task: Task, cfg: TrainConfig | None = None, /, *, callbacks: Iterable[Callable] = (),
@@ -223,6 +245,7 @@ def _fit(model, task, cfg: TrainConfig, callbacks, *, eval_at_start: bool) -> Hi
     net = model
     if world > 1:
         net = nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
+    labelled_only = world == 1 and task.is_language_model and head_on_features(model)
 
     saver = None
     if checkpoint is not None:
@@ -262,9 +285,9 @@ def _fit(model, task, cfg: TrainConfig, callbacks, *, eval_at_start: bool) -> Hi
                     index = distributed.shard(index, rank, world)
                 batch = _batch_to(task.batch_at("train", index), dev)
                 with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=use_amp):
-                    logits = net(batch["input_ids"])
-                loss = task.loss(logits, batch)
-                s, c = task.metrics(logits.detach(), batch)["accuracy"]
+                    logits, scored = _training_logits(net, model, batch, labelled_only)
+                loss = task.loss(logits, scored)
+                s, c = task.metrics(logits.detach(), scored)["accuracy"]
                 objective = loss
                 if world > 1:   # the global batch's mean loss: this rank's sum over the global count (module doc)
                     n = task.scored(batch)

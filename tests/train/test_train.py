@@ -279,3 +279,36 @@ def test_bad_arguments_are_named(small_copy):
         train.fit(model, small_copy, steps=1, batch_size=2, lr=1e-3, eval_split="valid")
     with pytest.raises(ValueError, match="resume=True needs checkpoint"):
         train.fit(model, small_copy, steps=1, batch_size=2, lr=1e-3, resume=True)
+
+
+def test_a_language_models_head_runs_on_its_labelled_tokens_alone_with_the_same_training(small_copy):
+    """fit runs a seqlab language model's head on the labelled rows only (loop.head_on_features): the same losses,
+    accuracies and weights, up to float rounding, as the head over every position (a model whose forward is its
+    own, so fit cannot take the shortcut)."""
+    from seqlab.models.common import SequenceModel
+    from seqlab.train.loop import head_on_features
+
+    class EveryPosition(SequenceModel):
+        def forward(self, tokens):                         # the same function; fit must call it whole
+            return super().forward(tokens)
+
+    fast = tiny(small_copy)
+    full = tiny(small_copy)
+    full.__class__ = type("EveryPosition", (EveryPosition, type(full)), {})
+    assert head_on_features(fast) and not head_on_features(full)
+    labels = small_copy.tensors("train")["labels"]
+    assert 0 < int((labels != IGNORE).sum()) < labels.numel()        # some positions are not scored
+    kw = dict(steps=12, batch_size=8, lr=3e-3, progress=False)
+    a, b = train.fit(fast, small_copy, **kw), train.fit(full, small_copy, **kw)
+    train_a = [r for r in a.records if r["split"] == "train"]
+    train_b = [r for r in b.records if r["split"] == "train"]
+    assert [r["loss"] for r in train_a] == pytest.approx([r["loss"] for r in train_b], rel=1e-5)
+    assert [r["accuracy"] for r in train_a] == [r["accuracy"] for r in train_b]
+    # (the weights are compared through what they compute: Adam turns the rounding noise of a gradient that is 0
+    # in exact arithmetic, such as the keys' bias, into steps of size lr, which the function does not see)
+    x = small_copy.tensors("test")["input_ids"]
+    with torch.no_grad():
+        assert torch.allclose(fast(x), full(x), rtol=1e-4, atol=1e-4)
+    classifier = models.build("transformer", vocab_size=small_copy.vocab_size, num_classes=3, d_model=16,
+                              n_layers=1, n_heads=2)
+    assert not head_on_features(classifier)                          # a classifier pools: every position

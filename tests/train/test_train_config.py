@@ -90,8 +90,10 @@ def test_a_checkpoint_written_before_trainconfig_loads_and_resumes(tmp_path):
 
     resumed = train.fit(model(), task, back, checkpoint=path, resume=True, eval_every=3, progress=False)
     fresh = train.fit(model(), task, steps=6, batch_size=8, lr=2e-3, seed=3, eval_every=3, progress=False)
-    assert resumed.train_loss() == fresh.train_loss()
-    assert [round(x, 6) for x in resumed.train_loss()] == OLD_LOSSES
+    # equal up to float rounding, not bit for bit: since the save, a language model's head runs on the labelled
+    # tokens alone (seqlab.train.loop.head_on_features), which sums the same loss in another order
+    assert resumed.train_loss() == pytest.approx(fresh.train_loss(), rel=1e-6)
+    assert resumed.train_loss() == pytest.approx(OLD_LOSSES, rel=1e-6)
 
 
 def test_an_experiments_sizes_reach_its_runs_under_the_same_names(tmp_path):
