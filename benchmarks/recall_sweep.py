@@ -4,14 +4,14 @@
     .venv/bin/python benchmarks/recall_sweep.py --families gateloop linear-causalrn --repeats 10
 
 Each cell of the profile's plan (``seqlab.experiments.recall_sweep_plan.plan_cells``) is built at its width and
-trained for ``--repeats`` steps on random tokens of the sweep's length and vocabulary, batch as the profile says
-(AdamW, gradient clipping at 1, as the training loop does), after two untimed steps (compilation, allocation); the
-time is the median step, on one math thread (what a sweep sitting uses). Columns: the cell, ``d_model``, the
-parameters (x the budget), the state (floats), milliseconds a step, the ratio to the reference (the Transformer),
-and, from the record (``results/arena/recall-sweep-<profile>.json``), the runs the cell still lacks (at least five
-a cell: three rates and two more seeds; the search may extend) and their CPU-hours at this step time (the
-validation passes add about 5 %). The times depend on the machine and on its load: compare ratios, not
-milliseconds, between machines.
+trained for ``--repeats`` steps on random tokens of the sweep's length and vocabulary, ``--pairs`` of them
+labelled a sequence, batch as the profile says (AdamW, gradient clipping at 1, the head on the labelled tokens:
+as ``fit`` trains), after two untimed steps (compilation, allocation); the time is the median step, on one math
+thread (what a sweep sitting uses). Columns: the cell, ``d_model``, the parameters (x the budget), the state
+(floats), milliseconds a step, the ratio to the reference (the Transformer), and, from the record
+(``results/arena/recall-sweep-<profile>.json``), the runs the cell still lacks (at least five a cell: three rates
+and two more seeds; the search may extend) and their CPU-hours at this step time (the validation passes add about
+5 %). The times depend on the machine and on its load: compare ratios, not milliseconds, between machines.
 """
 from __future__ import annotations
 
@@ -28,19 +28,27 @@ from seqlab.experiments import recall_sweep as R
 from seqlab.experiments import recall_sweep_plan as P
 from seqlab.experiments._common import profile_sizes
 from seqlab.experiments.arena_results import load
+from seqlab.tasks.base import IGNORE
+from seqlab.train.loop import _training_logits, head_on_features
 
 MIN_RUNS = 5        # a cell's fewest runs: three rates at seed 0, two more seeds
 
 
-def step_ms(model: torch.nn.Module, vocab: int, batch: int, length: int, repeats: int) -> float:
-    """The median milliseconds of one training step (forward, backward, clip, AdamW) on random tokens."""
+def step_ms(model: torch.nn.Module, vocab: int, batch: int, length: int, pairs: int, repeats: int) -> float:
+    """The median milliseconds of one training step (forward, backward, clip, AdamW) on random tokens with
+    ``pairs`` labelled positions a sequence (MQAR's queries), as ``seqlab.train.fit`` runs it (the head on the
+    labelled tokens alone where it can)."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randint(0, vocab, (batch, length))
-    y = torch.randint(0, vocab, (batch, length))
+    y = torch.full((batch, length), IGNORE)
+    for row in y:
+        row[length - 1 - torch.randperm(length // 2)[:pairs]] = torch.randint(0, vocab, (pairs,))
+    data = {"input_ids": x, "labels": y}
+    labelled_only = head_on_features(model)
 
     def step():
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        logits, scored = _training_logits(model, model, data, labelled_only)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), scored["labels"].reshape(-1), ignore_index=IGNORE)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -69,7 +77,7 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", default="medium")
     ap.add_argument("--families", nargs="+", default=None)
     ap.add_argument("--pairs", type=int, default=None, help="the number of pairs whose cells are timed (default: "
-                                                            "the fewest; the step time does not depend on it)")
+                                                            "the fewest): as many labelled tokens a sequence")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
@@ -92,7 +100,7 @@ def main(argv=None) -> int:
         torch.manual_seed(0)
         model = models.build(cell["family"], vocab_size=task["vocab_size"], seq_len=task["seq_len"],
                              **P.model_config(cell["family"], cell["knobs"], cell["d_model"], cfg["n_layers"]))
-        ms = step_ms(model, task["vocab_size"], cfg["batch_size"], task["seq_len"], args.repeats)
+        ms = step_ms(model, task["vocab_size"], cfg["batch_size"], task["seq_len"], pairs, args.repeats)
         ref_ms = ms if cell["group"] == "reference" else ref_ms
         lacking = sum(runs_lacking(rows[(cell["cell"], p)]) for p in cfg["pairs"] if (cell["cell"], p) in rows)
         hours = lacking * cfg["steps"] * ms / 1e3 / 3600
