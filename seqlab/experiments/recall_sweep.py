@@ -16,7 +16,7 @@ there and another seed did not, the seeds also run at seed 0's next-best rate th
 of the plan); accuracy read on the test split (a run whose loss diverged is recorded at accuracy 0 with ``diverged`` saying where, so that a
 search moves away from its rate). Every run records ``state_size`` (floats held at decoding, ``model.state_size``), ``initial_loss`` (the
 loss before the first step, checked against ln(vocabulary)) and ``curve`` (validation accuracy every
-``eval_every`` steps). The reference cells run first (the controls: every seed must reach ``threshold``), then
+``eval_every`` steps), and ``commit``/``dirty`` (the code it ran, :func:`code_version`). The reference cells run first (the controls: every seed must reach ``threshold``), then
 every other cell at the fewest pairs, the state cells at more pairs, the additions at more pairs last
 (:func:`.recall_sweep_plan.plan_cells`), each cell whole before the next.
 
@@ -28,6 +28,8 @@ its last save). Several sittings may share the file (``families=`` splits the wo
 """
 from __future__ import annotations
 
+import functools
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -61,6 +63,21 @@ def run_name(spec: dict, cfg: dict) -> str:
     return (f"recall-{spec['family']}-{knobs}-p{spec['pairs']}-L{task['seq_len']}-V{task['vocab_size']}"
             f"-{task.get('filler', 'random')}-n{cfg['train_size']}-w{cfg['width']}-lr{spec['lr']:g}"
             f"-seed{spec['seed']}-steps{cfg['steps']}")
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> dict:
+    """``{"commit", "dirty"}``: the git commit of the code a sitting runs (read once, at its first run) and whether
+    ``seqlab/`` differed from it; ``{}`` outside a git checkout. A sweep runs over sessions while the code moves."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True,
+                                timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "seqlab"], cwd=root, capture_output=True,
+                               text=True, check=True, timeout=10).stdout.strip() != ""
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {"commit": commit, "dirty": dirty}
 
 
 def run_one(spec: dict, cfg: dict, *, progress: bool = False, checkpoint_dir=None) -> dict:
@@ -105,7 +122,8 @@ def run_one(spec: dict, cfg: dict, *, progress: bool = False, checkpoint_dir=Non
             **{k: summary[k] for k in ("num_targets", "initial_loss", "curve")},
             **{f"steps_to_{t}": summary[f"steps_to_{t}"] for t in THRESHOLDS},
             "init": models.init_rule(family), "device": str(next(model.parameters()).device),
-            "wall_s": round(time.perf_counter() - start, 2), **({"diverged": diverged} if diverged else {})}
+            "wall_s": round(time.perf_counter() - start, 2), **code_version(),
+            **({"diverged": diverged} if diverged else {})}
 
 
 def describe_run(run: dict) -> str:

@@ -69,6 +69,9 @@ def test_the_tiny_sweep_records_each_run_and_cell_and_a_second_sitting_trains_no
         assert set(RUN_KEYS) <= set(run), set(RUN_KEYS) - set(run)
         assert run["state_size"] > 0 and [s for s, _ in run["curve"]] == [0, 2]
         assert run["num_targets"] == run["vocab_size"] == 64 and run["initial_loss"] > 0
+        assert {k: run[k] for k in ("commit", "dirty") if k in run} == R.code_version()   # the code it ran
+    if R.code_version():                                                # a git checkout (CI's is one)
+        assert len(R.code_version()["commit"]) == 40 and isinstance(R.code_version()["dirty"], bool)
     assert {r["state_size"] for r in data["runs"]} == {c["state_size"] for c in planned}
     cells = {(c["cell"], c["pairs"]): c for c in data["cells"]}
     assert len(cells) == len(result["plan"])                            # every cell of the plan, trained or not
