@@ -12,12 +12,13 @@ sequence is seen twice), with fixed validation and test splits.
 Each cell as the arena's (:mod:`seqlab.experiments.rate_search`): seed 0 at every rate of ``lrs``, extended one
 step beyond an edge while the best validation accuracy sits there (at most two steps a side), so that the chosen
 rate lies strictly inside what was searched; then seeds ``1 .. seeds-1`` at the chosen rate (when seed 0 learned
-there and another seed did not, the seeds also run at seed 0's next-best rate that learned: :func:`seed_rates`
-of the plan); accuracy read on the test split (a run whose loss diverged is recorded at accuracy 0 with ``diverged`` saying where, so that a
-search moves away from its rate). Every run records ``state_size`` (floats held at decoding, ``model.state_size``), ``initial_loss`` (the
-loss before the first step, checked against ln(vocabulary)) and ``curve`` (validation accuracy every
-``eval_every`` steps), and ``commit``/``dirty`` (the code it ran, :func:`code_version`). The reference cells run first (the controls: every seed must reach ``threshold``), then
-every other cell at the fewest pairs, the state cells at more pairs, the additions at more pairs last
+there and another seed did not, the seeds also run at seed 0's next-best rate that learned: :func:`seed_rates` of
+the plan); accuracy read on the test split (a run whose loss diverged is recorded at accuracy 0 with ``diverged``
+saying where, so that a search moves away from its rate). Every run records ``state_size`` (floats held at decoding,
+``model.state_size``), ``initial_loss`` (the loss before the first step, checked against ln(vocabulary)) and
+``curve`` (validation accuracy every ``eval_every`` steps), and ``commit``/``dirty`` (the code it ran,
+:func:`code_version`). The reference cells run first (the controls: every seed must reach ``threshold``), then every
+other cell at the fewest pairs, the state cells at more pairs, the additions at more pairs last
 (:func:`.recall_sweep_plan.plan_cells`), each cell whole before the next.
 
 The record, ``results/arena/recall-sweep-<profile>.json``: ``{"command", "versions", "profile", "config",
@@ -67,7 +68,7 @@ def run_name(spec: dict, cfg: dict) -> str:
 
 @functools.lru_cache(maxsize=1)
 def code_version() -> dict:
-    """``{"commit", "dirty"}``: the git commit of the code a sitting runs (read once, at its first run) and whether
+    """``{"commit", "dirty"}``: the git commit of the code a sitting runs (read once, as the sitting starts) and whether
     ``seqlab/`` differed from it; ``{}`` outside a git checkout. A sweep runs over sessions while the code moves."""
     root = Path(__file__).resolve().parents[2]
     try:
@@ -163,6 +164,7 @@ def recall_sweep(*, profile: str | None = None, families=None, only_pairs=None, 
     from seqlab import results
 
     prof = profile or config.profile()
+    code_version()                                         # the code this sitting runs, read before any run
     cfg = profile_sizes(SIZES, prof, overrides)
     plan = plan_cells(cfg)
     fams = _as_list(families, "families", sorted({c["family"] for c in plan}))
