@@ -23,6 +23,8 @@ def prefix_logsumexp(p: torch.Tensor) -> torch.Tensor:
     key (the smallest running maximum) lies within :data:`SHIFT_RANGE` of ``m``, because each prefix holds a term
     at least ``exp(p_1 - m)``. Past that range the sequential ``torch.logcumsumexp``, exact at any range, runs
     instead. ``m`` carries no gradient: the value does not depend on it."""
+    if p.shape[1] == 0:                                                 # no keys: no prefixes
+        return torch.logcumsumexp(p, dim=1)
     m = p.detach().amax(dim=1, keepdim=True)
     if has_values(p) and float((p.detach()[:, :1] - m).amin()) < -SHIFT_RANGE[p.dtype]:     # (meta: shapes only)
         return torch.logcumsumexp(p, dim=1)
