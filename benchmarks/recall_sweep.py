@@ -29,7 +29,7 @@ from seqlab.experiments import recall_sweep_plan as P
 from seqlab.experiments._common import profile_sizes
 from seqlab.experiments.arena_results import load
 from seqlab.tasks.base import IGNORE
-from seqlab.train.loop import _training_logits, head_on_features
+from seqlab.train.loop import head_on_features, training_logits
 
 MIN_RUNS = 5        # a cell's fewest runs: three rates at seed 0, two more seeds
 
@@ -47,7 +47,7 @@ def step_ms(model: torch.nn.Module, vocab: int, batch: int, length: int, pairs: 
     labelled_only = head_on_features(model)
 
     def step():
-        logits, scored = _training_logits(model, model, data, labelled_only)
+        logits, scored = training_logits(model, model, data, labelled_only)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), scored["labels"].reshape(-1), ignore_index=IGNORE)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -131,7 +131,6 @@ def _call_hook(callbacks: Iterable, hook: str, *args) -> None:
             fn(*args)
 
 
-
 def head_on_features(model) -> bool:
     """Whether ``model(x)`` is ``model.head(model.features(x))``, row for row: a language model of seqlab's
     :class:`~seqlab.models.common.SequenceModel` whose ``forward`` is that class's."""
@@ -141,7 +140,7 @@ def head_on_features(model) -> bool:
             and type(model).forward is SequenceModel.forward)
 
 
-def _training_logits(net, model, batch: dict, labelled_only: bool) -> tuple[torch.Tensor, dict]:
+def training_logits(net, model, batch: dict, labelled_only: bool) -> tuple[torch.Tensor, dict]:
     """The logits a training step's loss reads, and the batch they score. A language model's loss reads only its
     labelled tokens, so with ``labelled_only`` its head runs on those rows alone: ``head(features(x)[mask])`` holds
     the rows of ``model(x)[mask]`` (the same loss and gradients up to float rounding), and MQAR's 4 labels of 64
@@ -285,7 +284,7 @@ def _fit(model, task, cfg: TrainConfig, callbacks, *, eval_at_start: bool) -> Hi
                     index = distributed.shard(index, rank, world)
                 batch = _batch_to(task.batch_at("train", index), dev)
                 with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=use_amp):
-                    logits, scored = _training_logits(net, model, batch, labelled_only)
+                    logits, scored = training_logits(net, model, batch, labelled_only)
                 loss = task.loss(logits, scored)
                 s, c = task.metrics(logits.detach(), scored)["accuracy"]
                 objective = loss
