@@ -228,8 +228,8 @@ def cell_rows(runs: list[dict], cells: list[dict], cfg: dict) -> list[dict]:
         mine = _cell_of(runs, cell, cfg)
         chosen = seeded["rate"] if seeded["rate"] is not None else grid["chosen"]
         acc = [mine[(s, chosen)]["accuracy"] for s in range(cfg["seeds"]) if (s, chosen) in mine]
-        status = ("searching" if grid["chosen"] is None else "seeds pending" if seeded["rate"] is None
-                  else "done")
+        status = ("not started" if not grid["searched"] else "searching" if grid["chosen"] is None
+                  else "seeds pending" if seeded["rate"] is None else "done")
         rows.append({k: cell[k] for k in ("family", "cell", "group", "knobs", "pairs", "d_model", "params",
                                           "target_params", "budget", "matched", "state_size")}
                     | {"lr_grid": grid["rates"], "searched": grid["searched"], "chosen_lr": chosen,

@@ -81,7 +81,7 @@ def test_the_tiny_sweep_records_each_run_and_cell_and_a_second_sitting_trains_no
         run = next(r for r in data["runs"] if r["cell"] == cell["cell"])
         assert row["lr_grid"] == [3e-3] and row["searched"] == {"0.003": run["validation_accuracy"]}
         assert row["accuracy"] == [run["accuracy"]] and row["state_size"] == run["state_size"]
-    assert cells[("lrnn d_state=8", 2)]["status"] == "searching"        # not in this sitting's families
+    assert cells[("lrnn d_state=8", 2)]["status"] == "not started"      # not in this sitting's families
     assert data["verdicts"]["2"]["verdict"] == "inconclusive: the control did not learn"   # 2 steps learn nothing
     assert data["verdicts"]["4"]["verdict"] == "control not run yet"
     assert data["config"]["pairs"] == [2, 4]                           # the subset is not the record's config
