@@ -29,8 +29,8 @@ from typing import Callable, Iterable
 
 from filelock import FileLock
 
-__all__ = ["ResultsError", "read", "merge", "read_json", "write_json", "write_failure", "machine", "profile_tag",
-           "RESULTS_DIR", "LISTS"]
+__all__ = ["ResultsError", "read", "merge", "amend", "read_json", "write_json", "write_failure", "machine",
+           "profile_tag", "RESULTS_DIR", "LISTS"]
 
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"   # the committed results: claims, arena, init
 
@@ -157,3 +157,21 @@ def merge(path: str | os.PathLike, *, key: Callable[[dict], tuple], runs: Iterab
         data["wall_s"] = round(data.get("wall_s", 0.0) + wall_s, 1)
         _write(path, data)
     return data
+
+
+def amend(path: str | os.PathLike, *, key: Callable[[dict], tuple], fields: dict[tuple, dict]) -> int:
+    """Add fields to runs the file at ``path`` already holds, under its lock: ``fields`` maps a run's ``key`` to the
+    fields to set on it (a field it already has is left as it is). Returns how many runs changed."""
+    path = Path(path)
+    changed = 0
+    with FileLock(str(path) + ".lock"):
+        data = read(path)
+        for run in data["runs"]:
+            new = {k: v for k, v in fields.get(key(run), {}).items() if k not in run}
+            if new:
+                run.update(new)
+                changed += 1
+        if changed:
+            _write(path, data)
+    return changed
+

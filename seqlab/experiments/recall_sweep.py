@@ -81,6 +81,32 @@ def code_version() -> dict:
     return {"commit": commit, "dirty": dirty}
 
 
+def answers_on_test(model, task, pairs: int, batch_size: int = 256) -> dict:
+    """How the trained ``model`` answered the test split's queries (:func:`seqlab.tasks.recall.mqar_answers`, summed
+    over batches): ``{"by_pair": [[correct, asked], ...], "wrong", "another_value"}``."""
+    import torch
+
+    from seqlab.tasks.recall import mqar_answers
+
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    total = {"by_pair": [[0, 0] for _ in range(pairs)], "wrong": 0, "another_value": 0}
+    try:
+        with torch.no_grad():
+            for batch in task.batches("test", batch_size):
+                ids, labels = batch["input_ids"].to(device), batch["labels"].to(device)
+                got = mqar_answers(ids, labels, model(ids).argmax(-1), pairs)
+                for i, (c, n) in enumerate(got["by_pair"]):
+                    total["by_pair"][i][0] += c
+                    total["by_pair"][i][1] += n
+                total["wrong"] += got["wrong"]
+                total["another_value"] += got["another_value"]
+    finally:
+        model.train(was_training)
+    return total
+
+
 def run_one(spec: dict, cfg: dict, *, progress: bool = False, checkpoint_dir=None) -> dict:
     """Train one run (``spec``: a cell of :func:`plan_cells` with ``seed`` and ``lr``) and return its record."""
     from seqlab import models, train
@@ -106,9 +132,10 @@ def run_one(spec: dict, cfg: dict, *, progress: bool = False, checkpoint_dir=Non
             with train.observe() as watched:       # the loss before step 1 is checked against ln(num_targets)
                 history = train.fit(model, task, run, callbacks=[keep])
             test = train.evaluate(model, task, "test")
+            answers = answers_on_test(model, task, spec["pairs"])
             summary, val = watched[-1], float(history.final["accuracy"])
         except FloatingPointError as err:          # a rate too large: recorded at accuracy 0, the search moves on
-            diverged, test, val = str(err), {"accuracy": 0.0, "loss": None}, 0.0
+            diverged, test, val, answers = str(err), {"accuracy": 0.0, "loss": None}, 0.0, None
             curve = [[r["step"], round(float(r["accuracy"]), 6)] for r in seen]
             summary = {"num_targets": task.vocab_size, "curve": curve,
                        "initial_loss": next((round(float(r["loss"]), 6) for r in seen if r["step"] == 0), None),
@@ -123,7 +150,7 @@ def run_one(spec: dict, cfg: dict, *, progress: bool = False, checkpoint_dir=Non
             **{k: summary[k] for k in ("num_targets", "initial_loss", "curve")},
             **{f"steps_to_{t}": summary[f"steps_to_{t}"] for t in THRESHOLDS},
             "init": models.init_rule(family), "device": str(next(model.parameters()).device),
-            "wall_s": round(time.perf_counter() - start, 2), **code_version(),
+            "answers": answers, "wall_s": round(time.perf_counter() - start, 2), **code_version(),
             **({"diverged": diverged} if diverged else {})}
 
 

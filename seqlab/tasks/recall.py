@@ -48,7 +48,7 @@ import numpy as np
 from seqlab.tasks._cache import cached_splits
 from seqlab.tasks.base import IGNORE, Task, split_sizes, validation_param
 
-__all__ = ["mqar", "mqar_rows"]
+__all__ = ["mqar", "mqar_rows", "mqar_answers"]
 
 MQAR_STREAM = 5          # this task's random stream (copying uses 1, memory horizon 4, the MAD tasks 6..10)
 FILLERS = ("random", "zoology")
@@ -112,6 +112,23 @@ def mqar_rows(rng, rows: int, vocab_size: int, seq_len: int, D: int, power_a: fl
     labels = np.full((rows, seq_len), IGNORE, dtype=np.int64)
     labels[r, where] = values
     return ids, labels
+
+
+def mqar_answers(input_ids, labels, predictions, num_kv_pairs: int) -> dict:
+    """How a model answered MQAR's queries (the layout above: pair ``i`` at positions ``2i, 2i + 1``), as sums and
+    counts so that batches add up: ``"by_pair"``, ``[correct, asked]`` for each pair in the order it was written
+    (a state that forgets scores its early pairs lower); ``"wrong"``, the queries answered wrongly, and
+    ``"another_value"``, those of them answered with the value of another pair of the same sequence (the value was
+    read, its key confused: crosstalk between bindings, not a failure to read the values). Tensors ``(B, L)``."""
+    D = num_kv_pairs
+    asked = labels != IGNORE
+    keys, values = input_ids[:, 0:2 * D:2], input_ids[:, 1:2 * D:2]                  # (B, D)
+    which = (input_ids.unsqueeze(-1) == keys.unsqueeze(1)) & asked.unsqueeze(-1)     # (B, L, D): query t asks pair i
+    correct = (predictions == labels) & asked
+    by_pair = [[int((which[..., i] & correct).sum()), int(which[..., i].sum())] for i in range(D)]
+    wrong = asked & ~correct
+    in_sequence = (predictions.unsqueeze(-1) == values.unsqueeze(1)).any(-1)         # the answer is one of the values
+    return {"by_pair": by_pair, "wrong": int(wrong.sum()), "another_value": int((wrong & in_sequence).sum())}
 
 
 def _mqar_split(rng, size: int, vocab_size: int, seq_len: int, D: int, power_a: float, filler: str) -> dict:

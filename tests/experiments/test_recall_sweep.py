@@ -15,7 +15,8 @@ from seqlab.experiments.arena_families import TOLERANCE
 
 RUN_KEYS = ("family", "cell", "group", "knobs", "pairs", "seed", "lr", "d_model", "params", "target_params", "budget",
             "state_size", "seq_len", "vocab_size", "filler", "train_size", "steps", "accuracy", "validation_accuracy",
-            "initial_loss", "num_targets", "curve", "steps_to_0.9", "steps_to_0.99", "init", "device", "wall_s")
+            "initial_loss", "num_targets", "curve", "steps_to_0.9", "steps_to_0.99", "init", "device", "wall_s",
+            "answers")
 CELL_KEYS = ("family", "cell", "group", "knobs", "pairs", "d_model", "params", "budget", "state_size", "lr_grid",
              "searched", "chosen_lr", "lr_at_edge", "status", "accuracy", "mean", "spread", "min")
 
@@ -69,6 +70,10 @@ def test_the_tiny_sweep_records_each_run_and_cell_and_a_second_sitting_trains_no
         assert set(RUN_KEYS) <= set(run), set(RUN_KEYS) - set(run)
         assert run["state_size"] > 0 and [s for s, _ in run["curve"]] == [0, 2]
         assert run["num_targets"] == run["vocab_size"] == 64 and run["initial_loss"] > 0
+        answers = run["answers"]                                        # the test split's queries, pair by pair
+        assert len(answers["by_pair"]) == run["pairs"] and 0 <= answers["another_value"] <= answers["wrong"]
+        correct, asked = (sum(x) for x in zip(*answers["by_pair"]))
+        assert round(correct / asked, 6) == run["accuracy"] and asked - correct == answers["wrong"]
         assert {k: run[k] for k in ("commit", "dirty") if k in run} == R.code_version()   # the code it ran
     if R.code_version():                                                # a git checkout (CI's is one)
         assert len(R.code_version()["commit"]) == 40 and isinstance(R.code_version()["dirty"], bool)
@@ -170,3 +175,27 @@ def test_a_cell_that_cannot_hold_the_budget_says_so():
         P.plan_cells(cfg)
     with pytest.raises(ValueError, match="families"):
         experiments.run(R.NAME, profile="quick", out=None, dry_run=True, families="gpt")
+
+
+def test_answers_added_from_the_kept_weights_are_the_ones_the_run_measured(tmp_path):
+    """``tools/sweep_answers.py`` gives runs recorded before the sweep measured its answers the same answers, read
+    from the final weights a sitting keeps; a run without its weights is listed, not guessed."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "tools" / "sweep_answers.py"
+    spec = importlib.util.spec_from_file_location("sweep_answers", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    out, folder = tmp_path / "sweep.json", tmp_path / "runs"
+    experiments.run(R.NAME, out=str(out), checkpoint_dir=str(folder), **TINY)
+    data = json.loads(out.read_text())
+    measured = {P.run_key(r): r.pop("answers") for r in data["runs"]}
+    out.write_text(json.dumps(data))                                    # as a record from before the answers
+    gone = sorted(folder.glob("*.pt"))[0]
+    gone.unlink()
+    assert tool.main([str(out), str(folder)]) == 0
+    after = json.loads(out.read_text())["runs"]
+    kept = [r for r in after if "answers" in r]
+    assert len(kept) == len(after) - 1 and all(r["answers"] == measured[P.run_key(r)] for r in kept)
+    assert tool.answers_from_checkpoints(out, folder) == ({}, [f"{gone.stem}: no checkpoint"])

@@ -170,6 +170,37 @@ def test_mqar_labels_follow_the_layout_and_gaps_follow_the_power_law():
     assert np.bincount(g, minlength=space)[-(space // 4):].sum() > 0        # a = 1: late gaps do occur
 
 
+def test_mqar_answers_count_by_pair_and_tell_a_confused_key_from_an_unread_value():
+    from seqlab.tasks.recall import mqar_answers
+
+    task = tasks.mqar(vocab_size=64, seq_len=48, num_kv_pairs=4, filler="zoology", **SMALL)
+    t = task.tensors("test")
+    ids, labels = t["input_ids"], t["labels"]
+    pred = labels.clone()                                      # every query right, then three kinds of wrong answers
+    gen = torch.Generator().manual_seed(0)
+    expect_by_pair, expect_other, expect_wrong = [[0, 0] for _ in range(4)], 0, 0
+    for b in range(ids.shape[0]):                              # a plain reading of each query, independent of the code
+        keys, values = ids[b, 0:8:2].tolist(), ids[b, 1:8:2].tolist()
+        for t_ in (labels[b] != IGNORE).nonzero().flatten().tolist():
+            i = keys.index(int(ids[b, t_]))
+            kind = int(torch.randint(0, 4, (1,), generator=gen))
+            if kind == 1:                                      # another pair's value: a confused key
+                pred[b, t_] = values[(i + 1) % 4]
+            elif kind == 2:                                    # a value not in this sequence
+                pred[b, t_] = next(v for v in range(32, 64) if v not in values)
+            elif kind == 3:                                    # a key token
+                pred[b, t_] = keys[i]
+            expect_by_pair[i][1] += 1
+            expect_by_pair[i][0] += kind == 0
+            expect_wrong += kind != 0
+            expect_other += kind == 1
+    pred[labels == IGNORE] = 0
+    got = mqar_answers(ids, labels, pred, 4)
+    assert got == {"by_pair": expect_by_pair, "wrong": expect_wrong, "another_value": expect_other}
+    assert 0 < expect_other < expect_wrong
+    assert sum(c for c, _ in got["by_pair"]) + got["wrong"] == int((labels != IGNORE).sum())
+
+
 def test_mqar_zoology_filler_is_token_0_and_keeps_the_layout():
     """Zoology's runs (random_non_queries=False): every position that is neither a pair nor a query holds 0."""
     task = tasks.mqar(vocab_size=64, seq_len=48, num_kv_pairs=4, filler="zoology", **SMALL)

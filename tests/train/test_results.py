@@ -36,6 +36,15 @@ def test_a_record_already_there_is_not_added_twice(tmp_path):
     assert data["runs"] == [{"id": "a"}, {"id": "b"}]
 
 
+def test_amend_adds_fields_to_recorded_runs_and_never_overwrites_one(tmp_path):
+    path = tmp_path / "grid.json"
+    results.merge(path, key=_key, runs=[{"id": "a", "x": 1}, {"id": "b"}], fields={"note": "kept"})
+    changed = results.amend(path, key=_key, fields={("a",): {"x": 2, "y": 3}, ("b",): {"y": 4}, ("c",): {"y": 5}})
+    data = json.loads(path.read_text())
+    assert changed == 2 and data["runs"] == [{"id": "a", "x": 1, "y": 3}, {"id": "b", "y": 4}] and data["note"] == "kept"
+    assert results.amend(path, key=_key, fields={("a",): {"y": 9}}) == 0
+
+
 def test_a_corrupted_file_is_named_and_left_as_it_was(tmp_path):
     path = tmp_path / "grid.json"
     path.write_text('{"runs": [{"id" "a"}]')
