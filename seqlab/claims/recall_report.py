@@ -54,7 +54,7 @@ def _threshold(entry: dict | None) -> str:
 def sweep_section(out: Path) -> list[str]:
     """The section's lines (module docstring); the figure is linked where ``write_summary`` drew it."""
     from seqlab.experiments.recall_sweep_plan import control_verdicts
-    from seqlab.experiments.recall_sweep_results import RECALLS, effects, thresholds
+    from seqlab.experiments.recall_sweep_results import RECALLS, answers, effects, thresholds
 
     data, rows = sweep_rows(out)
     cfg, task = data["config"], data["config"]["mqar"]
@@ -92,6 +92,18 @@ def sweep_section(out: Path) -> list[str]:
     lines += [f"| {e['pairs']} | {e['cell']} | {e['base']} | "
               + (f"{e['mean']:.3f} / {e['base_mean']:.3f}" if e["mean"] is not None else "—") + f" | {e['verdict']} |"
               for e in effects(rows)]
+    told = [(r, a) for r in rows for a in [answers(r, data["runs"])] if a]
+    if told:
+        lines += ["", "How the cells answered (the test queries of every seed at the chosen rate): the accuracy on the "
+                      "pair asked for, in the order the pairs were written (a state that forgets scores the first "
+                      "lowest), and of the wrong answers, the share that is the value of another pair of the same "
+                      "sequence (the value read, its key confused):", "",
+                  "| pairs | cell | state | accuracy by pair, first to last | wrong answers: another pair's value |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {r['pairs']} | {r['cell']} | {r['state_size']:,} | {' / '.join(f'{x:.2f}' for x in a['by_pair'])}"
+                  f" | {'—' if a['another_value'] is None else format(a['another_value'], '.2f')} |"
+                  for r, a in sorted(told, key=lambda ra: (ra[0]["pairs"], ra[0]["group"] != "reference", ra[0]["family"],
+                                                     ra[0]["state_size"]))]
     lines += ["", "Every cell (the rates: seed 0's validation accuracy at each; test accuracy per seed at the chosen "
                   "rate):", "", "| pairs | cell | d_model | parameters (x budget) | state | rates searched | chosen | "
                   "test accuracy per seed | mean ± spread | status |", "|---|---|---|---|---|---|---|---|---|---|"]

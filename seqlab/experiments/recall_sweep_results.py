@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from seqlab.experiments.arena_results import MIN_GAP
 
-__all__ = ["RECALLS", "EFFECT_KNOBS", "done", "thresholds", "frontier", "base_of", "effects", "compare"]
+__all__ = ["RECALLS", "EFFECT_KNOBS", "done", "thresholds", "frontier", "base_of", "effects", "compare", "answers"]
 
 RECALLS = 0.9           # a cell recalls when every seed reaches this test accuracy
 # what each group adds to the cell it is compared with: the knobs that, removed, name that cell
@@ -94,3 +94,20 @@ def effects(rows: list[dict]) -> list[dict]:
                     "difference": round(r["mean"] - base["mean"], 6) if ready else None,
                     "verdict": compare(r, base) if ready else "pending"})
     return out
+
+
+def answers(row: dict, runs: list[dict]) -> dict | None:
+    """How the cell's seeds at its chosen rate answered their test queries, summed over the seeds
+    (:func:`seqlab.tasks.recall.mqar_answers`): ``"by_pair"``, the accuracy on the pair asked for, in the order the
+    pairs were written (first to last: a state that forgets scores the first lowest); ``"another_value"``, the share
+    of the wrong answers that are the value of another pair of the same sequence (the value read, its key confused);
+    ``"wrong"``, how many were wrong. None until every seed is in with its answers."""
+    mine = [r for r in runs if r["cell"] == row["cell"] and r["pairs"] == row["pairs"] and row["chosen_lr"] is not None
+            and float(r["lr"]) == float(row["chosen_lr"])]
+    if row["status"] != "done" or len(mine) != len(row["accuracy"]) or any(not r.get("answers") for r in mine):
+        return None
+    pairs = [[sum(r["answers"]["by_pair"][i][k] for r in mine) for k in (0, 1)] for i in range(row["pairs"])]
+    wrong = sum(r["answers"]["wrong"] for r in mine)
+    return {"by_pair": [round(c / n, 6) for c, n in pairs], "wrong": wrong,
+            "another_value": round(sum(r["answers"]["another_value"] for r in mine) / wrong, 6) if wrong else None}
+

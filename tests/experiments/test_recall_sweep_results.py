@@ -109,6 +109,9 @@ def test_the_results_page_shows_the_sweep_as_its_record_stands(tmp_path):
     runs = [_sweep_run(ref, 0, lr, a, cfg) for lr, a in ((1e-3, 0.95), (3e-3, 1.0), (1e-2, 0.2))]
     runs += [_sweep_run(ref, 1, 3e-3, 0.995, cfg)]
     runs += [_sweep_run(gl, 0, lr, a, cfg) for lr, a in ((1e-3, 0.4), (3e-3, 0.6), (1e-2, 0.3))]
+    runs[1]["answers"] = {"by_pair": [[10, 10], [10, 10]], "wrong": 0, "another_value": 0}
+    runs[3]["answers"] = {"by_pair": [[9, 10], [8, 10]], "wrong": 3, "another_value": 2}
+    runs[5]["answers"] = {"by_pair": [[5, 10], [7, 10]], "wrong": 8, "another_value": 2}     # seeds pending: not shown
     (tmp_path / "arena").mkdir()
     record = recall_report.sweep_file(tmp_path)
     record.write_text(json.dumps({"config": cfg, "runs": runs}))
@@ -119,11 +122,26 @@ def test_the_results_page_shows_the_sweep_as_its_record_stands(tmp_path):
     assert f"| 2 | gateloop n_heads=2 | {gl['d_model']} |" in section
     assert "| 0.001: 0.400, 0.003: 0.600, 0.01: 0.300 | 0.003 | 0.600 | 0.600 | seeds pending |" in section
     assert "| gateloop | pending | pending |" in section
+    assert "| 2 | transformer | " in section and " | 0.95 / 0.90 | 0.67 |" in section       # both seeds, summed
+    assert section.count("another pair's value |") == 1 and " | 0.50 / 0.70 |" not in section
     assert "![" not in section
     record.with_suffix(".png").write_bytes(b"png")
     assert f"![{recall_report.FIGURE_TITLE}](arena/recall-sweep-medium.png)" in claims.render_readme(
         {"claims": []}, notes_dir=tmp_path / "notes")
     assert "## The recall sweep" not in claims.render_readme({"claims": []}, notes_dir=tmp_path / "elsewhere" / "x")
+
+
+def test_a_cells_answers_sum_its_seeds_at_the_chosen_rate_and_wait_for_every_seed():
+    row = _row("gateloop", 100, [0.8, 0.6], pairs=2)
+    runs = [{"cell": row["cell"], "pairs": 2, "lr": 1e-3, "seed": s, "answers": a} for s, a in
+            ((0, {"by_pair": [[9, 10], [7, 10]], "wrong": 4, "another_value": 3}),
+             (1, {"by_pair": [[6, 10], [6, 10]], "wrong": 8, "another_value": 3}))]
+    runs.append({"cell": row["cell"], "pairs": 2, "lr": 3e-3, "seed": 0, "answers": {"by_pair": [[0, 10], [0, 10]],
+                 "wrong": 20, "another_value": 0}})                                 # another rate: not counted
+    assert RR.answers(row, runs) == {"by_pair": [0.75, 0.65], "wrong": 12, "another_value": 0.5}
+    assert RR.answers(row, runs[:1]) is None                                          # a seed missing
+    assert RR.answers(row, [runs[0], {**runs[1], "answers": None}]) is None           # a seed without answers
+    assert RR.answers({**row, "status": "seeds pending"}, runs) is None
 
 
 def test_the_step_benchmark_times_each_cell_and_counts_the_runs_its_record_lacks(capsys, tmp_path, monkeypatch):
