@@ -30,6 +30,8 @@ its last save). Several sittings may share the file (``families=`` splits the wo
 from __future__ import annotations
 
 import functools
+import json
+import os
 import subprocess
 import sys
 import time
@@ -69,7 +71,9 @@ def run_name(spec: dict, cfg: dict) -> str:
 @functools.lru_cache(maxsize=1)
 def code_version() -> dict:
     """``{"commit", "dirty"}``: the git commit of the code a sitting runs (read once, as the sitting starts) and whether
-    ``seqlab/`` differed from it; ``{}`` outside a git checkout. A sweep runs over sessions while the code moves."""
+    ``seqlab/`` differed from it. A sweep runs over sessions while the code moves. Outside a git checkout (a copy of
+    the tree on a lent machine): what ``$SEQLAB_CODE_VERSION`` says (JSON, written where the copy was made:
+    ``tools/sweep_device.py command``), else ``{}``."""
     root = Path(__file__).resolve().parents[2]
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True,
@@ -77,7 +81,8 @@ def code_version() -> dict:
         dirty = subprocess.run(["git", "status", "--porcelain", "--", "seqlab"], cwd=root, capture_output=True,
                                text=True, check=True, timeout=10).stdout.strip() != ""
     except (OSError, subprocess.SubprocessError):
-        return {}
+        said = json.loads(os.environ.get("SEQLAB_CODE_VERSION") or "{}")
+        return {k: said[k] for k in ("commit", "dirty") if k in said}
     return {"commit": commit, "dirty": dirty}
 
 

@@ -199,3 +199,40 @@ def test_answers_added_from_the_kept_weights_are_the_ones_the_run_measured(tmp_p
     kept = [r for r in after if "answers" in r]
     assert len(kept) == len(after) - 1 and all(r["answers"] == measured[P.run_key(r)] for r in kept)
     assert tool.answers_from_checkpoints(out, folder) == ({}, [f"{gone.stem}: no checkpoint"])
+
+
+def test_a_lent_machine_runs_sittings_on_a_copy_of_the_record_and_its_runs_merge_back(tmp_path):
+    """``tools/sweep_device.py``: sittings side by side, each on its own family and number of pairs, on a copy of the
+    record; the copy's new runs merge into the record once, by key."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "tools" / "sweep_device.py"
+    spec = importlib.util.spec_from_file_location("sweep_device", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    source, out = tmp_path / "recall-sweep-quick.json", tmp_path / "lent"
+    source.write_text(json.dumps({"runs": []}))
+    assert tool.parts(source, "quick")[:3] == [("transformer", 2), ("transformer", 4), ("gateloop", 2)]
+    assert tool.run(600, 2, out, profile="quick", source=source) == 0      # the two controls: one run each
+    theirs = json.loads((out / source.name).read_text())["runs"]
+    assert sorted((r["family"], r["pairs"]) for r in theirs) == [("transformer", 2), ("transformer", 4)]
+    assert json.loads(source.read_text())["runs"] == [] and not (out / "weights").exists()
+    assert {p.name for p in out.glob("sitting-*.log")} == {"sitting-0.log", "sitting-1.log"}
+    tool.merge(out / source.name, source)
+    tool.merge(out / source.name, source)                               # again: nothing twice
+    assert [P.run_key(r) for r in json.loads(source.read_text())["runs"]] == [P.run_key(r) for r in theirs]
+
+
+def test_outside_a_git_checkout_the_code_version_is_what_the_copy_was_told(monkeypatch, request):
+    def no_git(*args, **kwargs):
+        raise OSError("no git here")
+
+    request.addfinalizer(R.code_version.cache_clear)     # read once a sitting: read again after this test
+    monkeypatch.setattr(R.subprocess, "run", no_git)
+    monkeypatch.delenv("SEQLAB_CODE_VERSION", raising=False)
+    R.code_version.cache_clear()
+    assert R.code_version() == {}
+    monkeypatch.setenv("SEQLAB_CODE_VERSION", '{"commit": "abc", "dirty": false}')
+    R.code_version.cache_clear()
+    assert R.code_version() == {"commit": "abc", "dirty": False}
