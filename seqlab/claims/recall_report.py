@@ -66,8 +66,12 @@ def sweep_section(out: Path) -> list[str]:
              f"family at the parameters of a {cfg['n_layers']}-layer Transformer of `d_model` {cfg['width']} (or the "
              f"budget said), each at several settings of the knob that sets its state; {cfg['steps']} steps of batch "
              f"{cfg['batch_size']}; seed 0 searches the rate ({', '.join(f'{lr:g}' for lr in cfg['lrs'])}, extended "
-             f"past an edge), seeds 1-{cfg['seeds'] - 1} run at it; test accuracy. **Not finished: {len(data['runs'])} "
-             f"runs, {finished} of {len(rows)} cells done.** Made by `python -m seqlab experiment recall-sweep "
+             f"past an edge), seeds 1-{cfg['seeds'] - 1} run at it (and at seed 0's next-best rate that reached "
+             f"{cfg['learned_at']} where seed 0 reached it and another seed did not; the rate where most seeds did is "
+             f"kept); test accuracy. " + (f"**Not finished: {len(data['runs'])} runs, {finished} of {len(rows)} cells "
+                                         "done.**" if finished < len(rows) else
+                                         f"**Finished: {len(data['runs'])} runs, all {len(rows)} cells.**")
+             + " Made by `python -m seqlab experiment recall-sweep "
              "profile=medium checkpoint_dir=results/.runs/recall-sweep` (resumable); `notes/recall-sweep.md` has the "
              "plan, the calibration and where it stands.", "",
              "| pairs | positive control (Transformer): test accuracy per seed (threshold) | verdict |", "|---|---|---|"]

@@ -129,6 +129,11 @@ def test_the_results_page_shows_the_sweep_as_its_record_stands(tmp_path):
     assert f"![{recall_report.FIGURE_TITLE}](arena/recall-sweep-medium.png)" in claims.render_readme(
         {"claims": []}, notes_dir=tmp_path / "notes")
     assert "## The recall sweep" not in claims.render_readme({"claims": []}, notes_dir=tmp_path / "elsewhere" / "x")
+    small = {**cfg, "pairs": [2], "cells": [{"family": c["family"], "group": c["group"], "knobs": c["knobs"]}
+                                            for c in (ref, gl)]}
+    record.write_text(json.dumps({"config": small, "runs": runs + [_sweep_run(gl, 1, 3e-3, 0.62, cfg)]}))
+    done = claims.render_readme({"claims": []}, notes_dir=tmp_path / "notes")
+    assert "**Finished: 8 runs, all 2 cells.**" in done and "Not finished" not in done
 
 
 def test_a_cells_answers_sum_its_seeds_at_the_chosen_rate_and_wait_for_every_seed():
