@@ -301,7 +301,7 @@ def _enter_arena(name: str) -> dict:
 
 
 @exercise("08.4", title="Capstone: the delta rule as a new family",
-          task="Write delta_rule(q, k, v, beta, S) -> (o, S), the DeltaNet recurrence of §7 (q, k: (B, H, L, dk), v: "
+          task="Write delta_rule(q, k, v, beta, S) -> (o, S), the DeltaNet recurrence of §8 (q, k: (B, H, L, dk), v: "
                "(B, H, L, dv), beta: (B, H, L), S: (B, H, dv, dk)); a block and a builder that use it; register the "
                "family as 'deltanet' and answer (delta_rule, 'deltanet'): the checker runs the decoding protocol "
                "and the arena on it.",

@@ -265,9 +265,9 @@ RETRACTED = {
     "ran 2.5 times slower": "1.9x forward, 2.5x forward and backward (lesson 06, §6, §8, §10)",
     "put parts 1 and 3 on the tensor cores": "part 2's A v is a tl.dot at the same precision (lesson 06, §8)",
     "the time falls towards the bytes": "measured: about 10x the roofline, tensor cores save < 10% (lesson 06, §10)",
-    "the way the Linear Transformer does": "(n-1)/d holds for unit keys on the sphere; elu+1 features are not (lesson 08, §7a)",
-    "hence writing a key *again* replaces its value": "for beta = 1 only (lesson 08, §7b)",
-    "as lesson 06 did for GateLoop": "DeltaNet's chunked form is the WY representation (lesson 08, §7d)",
+    "the way the Linear Transformer does": "(n-1)/d holds for unit keys on the sphere; elu+1 features are not (lesson 08, §8a)",
+    "hence writing a key *again* replaces its value": "for beta = 1 only (lesson 08, §8b)",
+    "as lesson 06 did for GateLoop": "DeltaNet's chunked form is the WY representation (lesson 08, §8d)",
     "Paper 002's layer is now derived piece by piece": "the gamma normalisation is the LRU's (lesson 02)",
     "normalised per query and do not factor": "e^(q.k) has no finite feature map (lesson 00, §3)",
 }
@@ -302,7 +302,7 @@ def test_gateloop_says_which_side_its_transition_acts_on():
 
 
 def test_lesson_08_derives_deltanets_chunkwise_form_and_checks_it_against_the_loop():
-    """Issue #52, item 3: right after §7b's delta rule, lesson 08 writes Yang et al.'s chunkwise (WY/UT) form with a
+    """Issue #52, item 3: right after §8b's delta rule, lesson 08 writes Yang et al.'s chunkwise (WY/UT) form with a
     triangular solve, checks one chunk's WY product and the whole output against the loop in float64 (asserted,
     printed as bounds, compared by nbval), and times the two forms only in a cell nbval does not compare."""
     cells = json.loads((REPO / "notebooks" / "08_arena.ipynb").read_text(encoding="utf-8"))["cells"]
@@ -312,8 +312,8 @@ def test_lesson_08_derives_deltanets_chunkwise_form_and_checks_it_against_the_lo
     i = at[0]
     heading = max(j for j in range(i) if source[j].startswith("#"))
     assert "chunk by chunk" in source[heading] and "UT transform" in source[heading]
-    assert source.index(next(s for s in source if s.startswith("### 7b"))) < heading < \
-        source.index(next(s for s in source if s.startswith("### 7c")))
+    assert source.index(next(s for s in source if s.startswith("### 8b"))) < heading < \
+        source.index(next(s for s in source if s.startswith("### 8c")))
     code, out = source[i], compared_text(cells[i])
     assert "torch.linalg.solve_triangular" in code and "def recurrent_delta_rule(" in code and "float64" in code
     assert "assert wy_error < 1e-10 and h_error < 1e-10" in code and "assert error < 1e-10" in code
