@@ -236,3 +236,34 @@ def test_outside_a_git_checkout_the_code_version_is_what_the_copy_was_told(monke
     monkeypatch.setenv("SEQLAB_CODE_VERSION", '{"commit": "abc", "dirty": false}')
     R.code_version.cache_clear()
     assert R.code_version() == {"commit": "abc", "dirty": False}
+
+
+def test_the_step_budget_probe_trains_the_best_validated_cell_again_at_more_steps(tmp_path):
+    """``tools/sweep_steps_probe.py``: the family's finished cell with the highest mean validation accuracy at its
+    chosen rate, trained again at that rate, every seed, at twice the steps, into its own record; again: nothing."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "tools" / "sweep_steps_probe.py"
+    spec = importlib.util.spec_from_file_location("sweep_steps_probe", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    record, out = tmp_path / "sweep.json", tmp_path / "steps.json"
+    experiments.run(R.NAME, out=str(record), **TINY)                    # gateloop's three sizes, 2 steps each
+    runs = json.loads(record.read_text())["runs"]
+    gateloop = [r for r in runs if r["family"] == "gateloop" and r["group"] == "state"]
+    best = max(r["validation_accuracy"] for r in gateloop)
+    with pytest.raises(SystemExit, match="family: 'lrnn' has no finished cell at 2 pairs"):
+        tool.choose(record, "lrnn", 2)
+    assert tool.main(["gateloop", "--pairs", "2", "--record", str(record), "--out", str(out), "--dry-run"]) == 0
+    assert not out.exists()
+    data = tool.probe("gateloop", pairs=2, record=record, out=out)
+    chosen = next(r for r in gateloop if r["cell"] == data["probe"]["cell"])
+    assert chosen["validation_accuracy"] == data["probe"]["validation"] == best and data["probe"]["lr"] == chosen["lr"]
+    assert data["probe"]["steps"] == 2 * chosen["steps"] == 4
+    assert [(r["cell"], r["seed"], r["lr"], r["steps"]) for r in data["runs"]] == \
+        [(chosen["cell"], s, chosen["lr"], 4) for s in range(data["config"]["seeds"])]
+    assert all(set(RUN_KEYS) <= set(r) for r in data["runs"])
+    with pytest.raises(SystemExit, match="--factor: expected an integer of 2 or more, got 1"):
+        tool.main(["gateloop", "--factor", "1"])
+    assert tool.probe("gateloop", pairs=2, record=record, out=out)["runs"] == data["runs"]
