@@ -267,3 +267,43 @@ def test_the_step_budget_probe_trains_the_best_validated_cell_again_at_more_step
     with pytest.raises(SystemExit, match="--factor: expected an integer of 2 or more, got 1"):
         tool.main(["gateloop", "--factor", "1"])
     assert tool.probe("gateloop", pairs=2, record=record, out=out)["runs"] == data["runs"]
+
+
+def test_a_snapshot_with_the_lesson_executes_it_under_the_records_lock_and_stages_it(tmp_path, monkeypatch):
+    """``tools/sweep_snapshot.py --lesson``: lesson 08 reads the record, so it is executed while no sitting can add a
+    run (the record's lock held) and staged with the record and its page."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from filelock import FileLock, Timeout
+
+    path = Path(__file__).parents[2] / "tools" / "sweep_snapshot.py"
+    spec = importlib.util.spec_from_file_location("sweep_snapshot", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    (tmp_path / "results" / "arena").mkdir(parents=True)
+    monkeypatch.setattr(tool, "ROOT", tmp_path)
+    monkeypatch.setattr("seqlab.claims.run.write_summary", lambda results: None)
+    record = tmp_path / "results" / "arena" / "recall-sweep-medium.json"
+    calls = []
+
+    def run(cmd, **kwargs):
+        probe = FileLock(str(record) + ".lock", timeout=0)
+        try:
+            probe.acquire()
+            probe.release()
+            locked = False
+        except Timeout:
+            locked = True
+        calls.append((cmd[1:3] if cmd[0] == sys.executable else cmd[:2], locked, cmd))
+
+    monkeypatch.setattr(tool.subprocess, "run", run)
+    assert tool.main(["--lesson"]) == 0
+    (execute, held, _), (add, held_too, cmd) = calls
+    assert execute == [str(tmp_path / "workbench.py"), "execute"] and held and add == ["git", "add"] and held_too
+    assert cmd[-1] == str(tmp_path / "notebooks" / "08_arena.ipynb") and str(record) in cmd
+    calls.clear()
+    assert tool.main([]) == 0 and [c[0] for c in calls] == [["git", "add"]]
+    with pytest.raises(SystemExit, match="usage: tools/sweep_snapshot.py"):
+        tool.main(["--lessons"])
