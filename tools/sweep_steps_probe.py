@@ -29,6 +29,7 @@ def choose(record: Path, family: str, pairs: int) -> dict:
     family has no finished cell there."""
     from seqlab.experiments.arena_results import load
     from seqlab.experiments.recall_sweep_plan import cell_rows, plan_cells
+    from seqlab.experiments.recall_sweep_results import chosen_runs
 
     data = load(record)
     cfg = data["config"]
@@ -38,9 +39,7 @@ def choose(record: Path, family: str, pairs: int) -> dict:
         raise SystemExit(f"family: {family!r} has no finished cell at {pairs} pairs in {record}")
 
     def validation(row: dict) -> float:
-        return statistics.fmean(r["validation_accuracy"] for r in data["runs"]
-                                if r["cell"] == row["cell"] and r["pairs"] == pairs
-                                and float(r["lr"]) == float(row["chosen_lr"]))
+        return statistics.fmean(r["validation_accuracy"] for r in chosen_runs(row, data["runs"]))
 
     best = max(rows, key=validation)
     return {"cell": best["cell"], "lr": float(best["chosen_lr"]), "validation": round(validation(best), 6),

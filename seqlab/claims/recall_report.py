@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["sweep_file", "sweep_rows", "sweep_figure", "sweep_section", "FIGURE_TITLE"]
+__all__ = ["sweep_file", "sweep_rows", "sweep_figure", "sweep_section", "threshold_text", "FIGURE_TITLE"]
 
 FIGURE_TITLE = "MQAR recall against state size (medium recall sweep)"
 
@@ -39,7 +39,9 @@ def _seeds(row: dict) -> str:
     return " / ".join(f"{a:.3f}" for a in row["accuracy"]) or "—"
 
 
-def _threshold(entry: dict | None) -> str:
+def threshold_text(entry: dict | None) -> str:
+    """A family's threshold as the page and lesson 08 write it: the state, "none of" the sizes finished, or
+    "pending", with the sizes still to come."""
     if entry is None:
         return "—"
     pending = f" ({len(entry['pending'])} size{'s' if len(entry['pending']) != 1 else ''} pending)" \
@@ -89,7 +91,7 @@ def sweep_section(out: Path) -> list[str]:
     lines += ["", f"The smallest state (floats) at which every seed reaches {RECALLS} test accuracy, over each "
                   "family's state sizes:", "", "| family | " + " | ".join(f"{p} pairs" for p in pairs) + " |",
               "|---|" + "---|" * len(pairs)]
-    lines += [f"| {f} | " + " | ".join(_threshold(found.get(p, {}).get(f)) for p in pairs) + " |" for f in families]
+    lines += [f"| {f} | " + " | ".join(threshold_text(found.get(p, {}).get(f)) for p in pairs) + " |" for f in families]
     lines += ["", "What an addition changes, against the same cell without it (a difference counts beyond both "
                   "cells' seed spreads and 0.01):", "", "| pairs | cell | against | test accuracy: with / without | "
                   "verdict |", "|---|---|---|---|---|"]

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from seqlab.experiments.arena_results import MIN_GAP
 
-__all__ = ["RECALLS", "EFFECT_KNOBS", "done", "thresholds", "frontier", "base_of", "effects", "compare", "answers"]
+__all__ = ["RECALLS", "EFFECT_KNOBS", "done", "chosen_runs", "thresholds", "frontier", "base_of", "effects", "compare",
+           "answers"]
 
 RECALLS = 0.9           # a cell recalls when every seed reaches this test accuracy
 # what each group adds to the cell it is compared with: the knobs that, removed, name that cell
@@ -18,6 +19,14 @@ EFFECT_KNOBS = {"short-conv": ("short_conv",), "feature-map": ("feature_map", "f
 def done(rows: list[dict]) -> list[dict]:
     """The cells with every seed in at their chosen rate."""
     return [r for r in rows if r["status"] == "done"]
+
+
+def chosen_runs(row: dict, runs: list[dict]) -> list[dict]:
+    """The runs of the cell ``row`` at its chosen rate (one per seed in); empty while no rate is chosen."""
+    if row["chosen_lr"] is None:
+        return []
+    return [r for r in runs if r["cell"] == row["cell"] and r["pairs"] == row["pairs"]
+            and float(r["lr"]) == float(row["chosen_lr"])]
 
 
 def thresholds(rows: list[dict], level: float = RECALLS) -> dict:
@@ -102,8 +111,7 @@ def answers(row: dict, runs: list[dict]) -> dict | None:
     pairs were written (first to last: a state that forgets scores the first lowest); ``"another_value"``, the share
     of the wrong answers that are the value of another pair of the same sequence (the value read, its key confused);
     ``"wrong"``, how many were wrong. None until every seed is in with its answers."""
-    mine = [r for r in runs if r["cell"] == row["cell"] and r["pairs"] == row["pairs"] and row["chosen_lr"] is not None
-            and float(r["lr"]) == float(row["chosen_lr"])]
+    mine = chosen_runs(row, runs)
     if row["status"] != "done" or len(mine) != len(row["accuracy"]) or any(not r.get("answers") for r in mine):
         return None
     pairs = [[sum(r["answers"]["by_pair"][i][k] for r in mine) for k in (0, 1)] for i in range(row["pairs"])]
