@@ -34,9 +34,9 @@ def test_a_threshold_is_the_smallest_state_where_every_seed_recalls():
     assert found["lrnn"] == {"state": None, "sizes": [50], "pending": [200]}
     assert found["lightnet"] == {"state": None, "sizes": [], "pending": [300]}
     assert RR.thresholds(rows, level=0.8)[4]["gateloop"]["state"] == 400
-    assert recall_report._threshold(found["gateloop"]) == "1,600"
-    assert recall_report._threshold(found["lrnn"]) == "none of 50 (1 size pending)"
-    assert recall_report._threshold(found["lightnet"]) == "pending"
+    assert recall_report.threshold_text(found["gateloop"]) == "1,600"
+    assert recall_report.threshold_text(found["lrnn"]) == "none of 50 (1 size pending)"
+    assert recall_report.threshold_text(found["lightnet"]) == "pending"
 
 
 def test_the_frontier_keeps_the_cells_no_smaller_state_beats():
