@@ -108,12 +108,26 @@ def cell_width(family: str, knobs: dict, cfg: dict) -> dict:
             "matched": True}
 
 
+def _cell_pairs(cell: dict, cfg: dict) -> list[int]:
+    """The numbers of pairs a cell runs at: the sweep's, or the subset its ``pairs`` names (an addition that did not
+    recall at the fewest pairs is not carried to more, where the same state only has more to hold)."""
+    if "pairs" not in cell:
+        return list(cfg["pairs"])
+    own = cell["pairs"]
+    if (not isinstance(own, list) or not own or not set(own) <= set(cfg["pairs"])
+            or min(cfg["pairs"]) not in own):
+        raise ValueError(f"cells: pairs of {cell_label(cell)} must be a list of the sweep's pairs {cfg['pairs']} "
+                         f"that holds the fewest, {min(cfg['pairs'])}; got {own!r}")
+    return sorted(own)
+
+
 def plan_cells(cfg: dict, families=None, pairs=None) -> list[dict]:
     """Every cell of the sweep in the order it runs: the reference at every number of pairs first (the controls:
     a budget the Transformer cannot learn in is learnt early), then every other cell at the fewest pairs, then the
     state cells at more pairs (fewest first), last the additions (short convolution, feature map, ablation) at more
-    pairs: what a sweep cut short lacks is then the least needed. Each with
-    its width (:func:`cell_width`) and ``state_size`` at the task's length. ``families``/``pairs``: a subset."""
+    pairs: what a sweep cut short lacks is then the least needed. A cell runs at the numbers of pairs its ``pairs``
+    names (all of them when it names none). Each with its width (:func:`cell_width`) and ``state_size`` at the
+    task's length. ``families``/``pairs``: a subset."""
     seq_len = cfg["mqar"]["seq_len"]
     out = []
     for cell in cfg["cells"]:
@@ -122,7 +136,7 @@ def plan_cells(cfg: dict, families=None, pairs=None) -> list[dict]:
         knobs = dict(cell.get("knobs") or {})
         width = cell_width(cell["family"], knobs, cfg)
         state = _built(cell["family"], _knobs_json(knobs), width["d_model"], cfg["n_layers"], seq_len)[1]
-        for p in cfg["pairs"]:
+        for p in _cell_pairs(cell, cfg):
             if 4 * p > seq_len:
                 raise ValueError(f"pairs: {p} pairs need seq_len >= {4 * p}, got mqar.seq_len={seq_len}")
             out.append({"family": cell["family"], "knobs": knobs, "group": cell.get("group", "state"),

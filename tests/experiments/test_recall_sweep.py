@@ -177,6 +177,18 @@ def test_a_cell_that_cannot_hold_the_budget_says_so():
         experiments.run(R.NAME, profile="quick", out=None, dry_run=True, families="gpt")
 
 
+def test_a_cell_that_names_its_pairs_runs_only_at_those_and_always_at_the_fewest():
+    conv = {"family": "gateloop", "group": "short-conv", "knobs": {"n_heads": 2, "short_conv": 4}}
+    cfg = {**P.SIZES["quick"], "pairs": [2, 4], "cells": [{**conv, "pairs": [2]},
+                                                           {"family": "gateloop", "group": "state", "knobs": {}}]}
+    plan = P.plan_cells(cfg)
+    assert sorted((c["cell"], c["pairs"]) for c in plan) == [("gateloop", 2), ("gateloop", 4),
+                                                             ("gateloop n_heads=2 short_conv=4", 2)]
+    for bad in ([4], [2, 8], [], 2):                    # the fewest missing, a number the sweep lacks, none, no list
+        with pytest.raises(ValueError, match=r"cells: pairs of gateloop n_heads=2 short_conv=4 must be a list"):
+            P.plan_cells({**cfg, "cells": [{**conv, "pairs": bad}]})
+
+
 def test_answers_added_from_the_kept_weights_are_the_ones_the_run_measured(tmp_path):
     """``tools/sweep_answers.py`` gives runs recorded before the sweep measured its answers the same answers, read
     from the final weights a sitting keeps; a run without its weights is listed, not guessed."""
