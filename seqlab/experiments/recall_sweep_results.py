@@ -68,11 +68,11 @@ def _knobs_without(knobs: dict, names) -> dict:
     return {k: v for k, v in knobs.items() if k not in (*names, "d_model")}
 
 
-def base_of(row: dict, rows: list[dict]) -> dict | None:
-    """The cell ``row`` (a short convolution, a feature map or an ablation) is compared with: the same family at the
-    same number of pairs with the knobs of its group removed (``d_model`` aside), None when the plan has none."""
-    names = EFFECT_KNOBS[row["group"]]
-    want = _knobs_without(row["knobs"], names)
+def base_of(row: dict, rows: list[dict], group: str | None = None) -> dict | None:
+    """The cell ``row`` is compared with for the addition ``group`` (a short convolution, a feature map or an
+    ablation; None: the row's own group): the same family at the same number of pairs with that group's knobs
+    removed (``d_model`` aside), None when the plan has none."""
+    want = _knobs_without(row["knobs"], EFFECT_KNOBS[group or row["group"]])
     return next((r for r in rows if r is not row and r["family"] == row["family"] and r["pairs"] == row["pairs"]
                  and _knobs_without(r["knobs"], ()) == want), None)
 
@@ -87,21 +87,24 @@ def compare(a: dict, b: dict) -> str:
 
 
 def effects(rows: list[dict]) -> list[dict]:
-    """Each cell of the groups of :data:`EFFECT_KNOBS` against its base (:func:`base_of`): ``{"cell", "base",
-    "pairs", "group", "mean", "base_mean", "difference", "verdict"}``; the verdict is :func:`compare`'s ("higher":
-    the addition helped), or ``"pending"`` while either cell lacks seeds."""
+    """Each addition a cell of the groups of :data:`EFFECT_KNOBS` carries, against the same cell without it
+    (:func:`base_of`; a cell with two, as Based's feature map with a short convolution, gives one row for each):
+    ``{"cell", "base", "pairs", "group", "mean", "base_mean", "difference", "verdict"}``, ``group`` the addition
+    measured; the verdict is :func:`compare`'s ("higher": the addition helped), or ``"pending"`` while either cell
+    lacks seeds."""
     out = []
     for r in rows:
         if r["group"] not in EFFECT_KNOBS:
             continue
-        base = base_of(r, rows)
-        if base is None:
-            continue
-        ready = r["status"] == "done" and base["status"] == "done"
-        out.append({"cell": r["cell"], "base": base["cell"], "pairs": r["pairs"], "group": r["group"],
-                    "mean": r["mean"] if ready else None, "base_mean": base["mean"] if ready else None,
-                    "difference": round(r["mean"] - base["mean"], 6) if ready else None,
-                    "verdict": compare(r, base) if ready else "pending"})
+        for group, names in EFFECT_KNOBS.items():
+            base = base_of(r, rows, group) if set(names) & set(r["knobs"]) else None
+            if base is None:
+                continue
+            ready = r["status"] == "done" and base["status"] == "done"
+            out.append({"cell": r["cell"], "base": base["cell"], "pairs": r["pairs"], "group": group,
+                        "mean": r["mean"] if ready else None, "base_mean": base["mean"] if ready else None,
+                        "difference": round(r["mean"] - base["mean"], 6) if ready else None,
+                        "verdict": compare(r, base) if ready else "pending"})
     return out
 
 

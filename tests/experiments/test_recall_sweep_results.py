@@ -57,7 +57,11 @@ def test_each_addition_is_compared_with_the_same_cell_without_it():
         rows.append({**cell, "status": "done", "accuracy": acc, "mean": sum(acc) / 3, "min": min(acc),
                      "spread": 0.01})
     rows[-1] = {**rows[-1], "status": "seeds pending"}                          # the last cell: LightNet without TPE
-    found = {e["cell"]: e for e in RR.effects(rows)}
+    found = {(e["cell"], e["group"]): e for e in RR.effects(rows)}
+    based = "linear-transformer feature_dim=8 feature_map=taylor n_heads=4 short_conv=4"
+    assert found[(based, "feature-map")]["base"] == "linear-transformer n_heads=4 short_conv=4"   # its second addition
+    assert found[(based, "feature-map")]["verdict"] == "tie"                                  # 0.91 against 0.91
+    found = {c: e for (c, g), e in found.items() if (c, g) != (based, "feature-map")}
     assert {c: e["base"] for c, e in found.items()} == {
         "linear-transformer feature_dim=4 feature_map=taylor n_heads=4": "linear-transformer n_heads=4",
         "linear-transformer feature_dim=8 feature_map=taylor n_heads=4": "linear-transformer n_heads=4",
