@@ -112,6 +112,21 @@ def answers_on_test(model, task, pairs: int, batch_size: int = 256) -> dict:
     return total
 
 
+class _Watch:
+    """A ``fit`` callback that keeps a run's validation records and the step its checkpoint resumed it at."""
+
+    def __init__(self):
+        self.validation: list = []
+        self.resumed_at = 0
+
+    def on_resume(self, step: int, checkpoint: str, steps: int) -> None:
+        self.resumed_at = step
+
+    def __call__(self, history, record: dict) -> None:
+        if record.get("split") == "validation":
+            self.validation.append(record)
+
+
 def run_one(spec: dict, cfg: dict, *, progress: bool = False, checkpoint_dir=None) -> dict:
     """Train one run (``spec``: a cell of :func:`plan_cells` with ``seed`` and ``lr``) and return its record."""
     from seqlab import models, train
@@ -130,12 +145,13 @@ def run_one(spec: dict, cfg: dict, *, progress: bool = False, checkpoint_dir=Non
         name = run_name(spec, cfg)
         run = TrainConfig.from_sizes(cfg, lr=spec["lr"], seed=seed, eval_split="validation", eval_every=eval_every,
                                      progress=progress, desc=name, **checkpointing(checkpoint_dir, name, cfg["steps"]))
-        seen: list = []                            # the validation records, kept for a run that diverges
-        keep = lambda history, rec: seen.append(rec) if rec.get("split") == "validation" else None   # noqa: E731
-        diverged = None
+        keep = _Watch()
+        seen = keep.validation                     # the validation records, kept for a run that diverges
+        diverged, earlier = None, 0.0
         try:
             with train.observe() as watched:       # the loss before step 1 is checked against ln(num_targets)
                 history = train.fit(model, task, run, callbacks=[keep])
+            earlier = history.seconds(through_step=keep.resumed_at)   # the sittings before this one, if resumed
             test = train.evaluate(model, task, "test")
             answers = answers_on_test(model, task, spec["pairs"])
             summary, val = watched[-1], float(history.final["accuracy"])
@@ -155,7 +171,7 @@ def run_one(spec: dict, cfg: dict, *, progress: bool = False, checkpoint_dir=Non
             **{k: summary[k] for k in ("num_targets", "initial_loss", "curve")},
             **{f"steps_to_{t}": summary[f"steps_to_{t}"] for t in THRESHOLDS},
             "init": models.init_rule(family), "device": str(next(model.parameters()).device),
-            "answers": answers, "wall_s": round(time.perf_counter() - start, 2), **code_version(),
+            "answers": answers, "wall_s": round(earlier + time.perf_counter() - start, 2), **code_version(),
             **({"diverged": diverged} if diverged else {})}
 
 

@@ -45,6 +45,20 @@ class History:
                 return r[key]
         return None
 
+    def seconds(self, through_step: int | None = None) -> float:
+        """Wall seconds the training loop ran, up to ``through_step`` (all of it by default), over every sitting: a
+        resumed run's train records count their ``time`` from the start of their own sitting, so each sitting adds
+        its last ``time``."""
+        total, last = 0.0, 0.0
+        for r in self.split("train"):
+            if through_step is not None and r["step"] > through_step:
+                break
+            t = float(r.get("time", 0.0))
+            if t < last:                   # a new sitting began
+                total += last
+            last = t
+        return total + last
+
     @property
     def steps(self) -> int:
         train = self.split("train")

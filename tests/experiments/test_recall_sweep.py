@@ -1,7 +1,7 @@
 """The recall sweep (issue #51 items 3-4): every profile's plan spans at least 8x of state per linear family at one
 budget (or says where the budget moves), the tiny plan trains and records what a run and a cell must say, a second
-sitting trains nothing, a stopped sitting leaves a valid record that the next one completes, and each cell's rate
-search is the arena's."""
+sitting trains nothing, a stopped sitting leaves a valid record that the next one completes, a run resumed from its
+checkpoint counts the seconds of every sitting, and each cell's rate search is the arena's."""
 from __future__ import annotations
 
 import json
@@ -124,6 +124,39 @@ def _run(cell, seed, lr, val, cfg):
     return {**cell, "seed": seed, "lr": lr, "validation_accuracy": val, "accuracy": val, "seq_len": task["seq_len"],
             "vocab_size": task["vocab_size"], "filler": task["filler"], "train_size": cfg["train_size"],
             "width": cfg["width"], "steps": cfg["steps"]}
+
+
+def test_a_run_resumed_from_its_checkpoint_counts_the_seconds_of_every_sitting(tmp_path, monkeypatch):
+    import torch
+
+    from seqlab import train
+
+    cfg = {**P.SIZES["quick"], "steps": 6}
+    spec = {**P.plan_cells(cfg, ["gateloop"], [2])[0], "seed": 0, "lr": 1e-3}
+    real_fit, folder = train.fit, tmp_path / "runs"
+
+    def stopped_at_step_4(model, task, run, callbacks=()):
+        def stop(history, record):
+            if record["split"] == "train" and record["step"] == 4:
+                raise KeyboardInterrupt
+        return real_fit(model, task, run, callbacks=[*callbacks, stop])
+
+    monkeypatch.setattr(train, "fit", stopped_at_step_4)
+    with pytest.raises(train.TrainingInterrupted):
+        R.run_one(spec, cfg, checkpoint_dir=folder)
+    (path,) = folder.glob("*.pt")
+    saved = torch.load(path, weights_only=False)
+    for record in saved["records"]:                                     # as if the first sitting had taken an hour
+        if "time" in record:
+            record["time"] += 3600.0
+    torch.save(saved, path)
+    monkeypatch.setattr(train, "fit", real_fit)
+    run = R.run_one(spec, cfg, checkpoint_dir=folder)
+    history = train.History(torch.load(path, weights_only=False)["records"])
+    times = [r["time"] for r in history.split("train")]
+    assert times[3] > 3600 > times[4]                                   # the second sitting's clock starts again
+    assert history.seconds(through_step=4) == times[3] and history.seconds() == times[3] + times[-1]
+    assert run["wall_s"] >= round(history.seconds(), 2)                 # both sittings, not the last alone
 
 
 def test_a_cell_searches_its_rate_as_the_arena_then_runs_the_seeds_at_it():
