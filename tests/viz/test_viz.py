@@ -549,6 +549,7 @@ def test_a_task_example_reads_at_the_notebook_width_every_label_in_its_cell():
 def test_a_static_figure_is_scaled_down_to_its_pixel_budget_and_never_up():
     from seqlab.viz.nbstate import STATIC_PIXELS, static_scale
 
-    assert static_scale(760, 440) == 1.0 and static_scale(400, 300) == 1.0
+    assert static_scale(640, 390) == 1.0 and static_scale(400, 300) == 1.0
+    assert static_scale(800, 450) < 1                          # the default size of a figure that sets none
     s = static_scale(840, 1100)
     assert 0.5 < s < 1 and abs(840 * s * 1100 * s - STATIC_PIXELS) < 1
