@@ -166,8 +166,8 @@ def browser_found() -> bool:
 
 
 # A static figure's PNG: at most this many pixels (a 660 x 380 figure). It is the fallback picture for nbconvert and
-# GitHub; the interactive plotly figure beside it keeps the full size. 250,000 rather than 340,000 pixels makes the
-# arena lesson's dozen PNGs about 140 kB lighter.
+# GitHub; the interactive plotly figure beside it keeps the full size, so the PNG can stay small enough that a
+# lesson of many figures keeps under the size a lesson may weigh (tests/lessons/test_lessons.py).
 STATIC_PIXELS = 250_000
 
 
