@@ -366,16 +366,26 @@ def _lessons_said(written: list[Path], notes: list[str]) -> list[str]:
     return lines + [f"lessons: {n}" for n in notes]
 
 
+def lab_help() -> int:
+    """``lab --help``: workbench.py's own options at once; JupyterLab's after them only where the environment is
+    already installed (the help installs nothing)."""
+    print(LAB_HELP, flush=True)
+    py = venv_python()
+    if not (py.exists() and STAMP.exists() and STAMP.read_text() == wanted_stamp()):
+        print("JupyterLab's own options: the environment is not installed yet (the first python3 workbench.py lab "
+              "installs it); then python3 workbench.py lab --help lists them too.", flush=True)
+        return 0
+    print("JupyterLab's own options follow (python3 workbench.py lab passes them on):\n", flush=True)
+    return subprocess.call([str(py), "-m", "jupyter", "lab", "--help"], cwd=ROOT)
+
+
 def lab(args: list[str]) -> int:
     """JupyterLab on ``my_notebooks/``, the learner's git-ignored copy of the lessons (``notebooks/`` stays
     as committed: autosave, outputs and edits land in the copy). ``--reset NN`` restores lessons; ``--help``
     prints ``LAB_HELP`` and then JupyterLab's own options. It says in a few lines what it copied or kept, the
     address to open and how to stop; JupyterLab itself logs warnings and errors only."""
     if any(a in ("-h", "--help", "--help-all") for a in args):
-        print(LAB_HELP, flush=True)
-        py = ensure_environment()
-        print("JupyterLab's own options follow (python3 workbench.py lab passes them on):\n", flush=True)
-        return subprocess.call([str(py), "-m", "jupyter", "lab", "--help"], cwd=ROOT)
+        return lab_help()
     reset, args = _split_reset(args)
     py = ensure_environment()
     write_lab_overrides(py)
@@ -475,9 +485,25 @@ def quick_args(args: list[str]) -> list[str]:
     return [*QUICK_ARGS, *rest, *([] if named else ["tests"])]
 
 
+# The Triton path each pass's lessons take (notebooks/conftest.py reads SEQLAB_LESSONS_TRITON when it starts a kernel)
+LESSON_PATHS = {"interpreter": "in the CPU interpreter, as lab starts it on Linux",
+                "off": "switched off, as on macOS or Windows"}
+
+
+def full_run_passes(py: Path, env: dict) -> list[tuple[str, dict, list[str]]]:
+    """The full run's two passes as (title, environment, pytest arguments): every test and every lesson on this
+    machine's floating-point path with the lessons on Triton's interpreter, as a Linux student's kernel runs them;
+    then the lessons again on another floating-point path with Triton switched off."""
+    native = {k: v for k, v in env.items() if k not in FP_PATH_VARIABLES}
+    other = other_fp_path_environment(env, cpu_capability(py, native))
+    return [("pass 1: every test and lesson", dict(native, SEQLAB_LESSONS_TRITON="interpreter"), PYTEST_ARGS),
+            ("pass 2: the lessons again", dict(other, SEQLAB_LESSONS_TRITON="off"), SECOND_PASS_ARGS)]
+
+
 def test(args: list[str]) -> int:
     """Every test and every lesson; then the lessons again as another machine runs them, on a floating-point
-    path other than this machine's, so that no compared output depends on the path. Pytest arguments
+    path other than this machine's and with Triton switched off, so that no compared output depends on either
+    (:func:`full_run_passes`). Pytest arguments
     run that part alone, once. ``--quick``: the fast tier (QUICK_ARGS: ``-m "not slow"``, no lesson under
     nbval, one pass), for a change to one op or layer; the full run stays what CI runs."""
     py = ensure_environment()
@@ -490,13 +516,11 @@ def test(args: list[str]) -> int:
         cmd = [py, "-m", "pytest", *collect, *NBVAL_ARGS, "-p", "no:cacheprovider", *args]
         print("+", " ".join(map(str, cmd)), flush=True)
         return subprocess.call([str(c) for c in cmd], cwd=ROOT, env=env)
-    native = {k: v for k, v in env.items() if k not in FP_PATH_VARIABLES}
-    other = other_fp_path_environment(env, cpu_capability(py, native))
     codes = []
-    for title, pass_env, pass_args in (("pass 1: every test and lesson", native, PYTEST_ARGS),
-                                       ("pass 2: the lessons again", other, SECOND_PASS_ARGS)):
+    for title, pass_env, pass_args in full_run_passes(py, env):
         held = {k: pass_env[k] for k in FP_PATH_VARIABLES if k in pass_env} or "the machine's own"
-        print(f"\n== {title}, torch CPU capability {cpu_capability(py, pass_env)} ({held})", flush=True)
+        print(f"\n== {title}, torch CPU capability {cpu_capability(py, pass_env)} ({held}), "
+              f"lessons with Triton {LESSON_PATHS[pass_env['SEQLAB_LESSONS_TRITON']]}", flush=True)
         cmd = [py, "-m", "pytest", *pass_args]
         print("+", " ".join(map(str, cmd)), flush=True)
         codes.append(subprocess.call([str(c) for c in cmd], cwd=ROOT, env=pass_env))

@@ -1,7 +1,14 @@
-"""How nbval runs the lessons: every lesson's kernel starts with Triton made unavailable
-(``SEQLAB_NO_TRITON=1``), as on macOS or Windows, so a lesson that ran to its end here runs to its end
-on every platform. The Triton kernels have their own tests (``tests/``); the committed outputs come from
-the same switch (``python3 workbench.py execute``).
+"""How nbval runs the lessons: on the path a student's kernel takes, chosen by ``SEQLAB_LESSONS_TRITON``.
+
+- ``interpreter`` (the default, and CI's first pass): the kernel starts as ``python3 workbench.py lab`` starts it on
+  Linux without a GPU: neither ``SEQLAB_NO_TRITON`` nor ``TRITON_INTERPRET`` in its environment, so seqlab switches
+  Triton's CPU interpreter on when it is imported and the lessons' ``mode="triton"`` cells run their kernels.
+- ``off`` (CI's second pass): ``SEQLAB_NO_TRITON=1``, Triton unavailable, as on macOS or Windows.
+
+Both paths compare the same committed outputs; a cell whose text depends on the path (what it says about the
+machine's Triton) is tagged ``nbval-ignore-output`` and asserts its checks in code. The committed outputs come from
+``python3 workbench.py execute``. The switches are set while nbval starts a lesson's kernel (the kernel inherits the
+environment when it starts), and only then: the unit tests sharing this worker keep theirs.
 
 Plotly figures are not compared as JSON: their data come from training or from floating-point reductions,
 whose last digits differ from machine to machine (another vector path, another BLAS). That figures are
@@ -11,6 +18,22 @@ import os
 import pytest
 
 PLOTLY_MIMETYPE = "application/vnd.plotly.v1+json"
+PATHS = ("interpreter", "off")
+
+
+def lesson_path() -> str:
+    """The Triton path the lessons' kernels take here: ``SEQLAB_LESSONS_TRITON``, ``interpreter`` when unset."""
+    path = os.environ.get("SEQLAB_LESSONS_TRITON", "") or "interpreter"
+    if path not in PATHS:
+        raise ValueError(f"SEQLAB_LESSONS_TRITON must be one of {PATHS}; got {path!r}")
+    return path
+
+
+def kernel_switches(path: str) -> dict:
+    """The environment variables a lesson's kernel starts with on ``path`` (None: not set)."""
+    if path == "off":
+        return {"SEQLAB_NO_TRITON": "1"}
+    return {"SEQLAB_NO_TRITON": None, "TRITON_INTERPRET": None}
 
 
 def pytest_collectstart(collector):
@@ -21,14 +44,19 @@ def pytest_collectstart(collector):
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_setup(item):
-    """Set the switch while nbval starts a lesson's kernel (the kernel inherits the environment when it
-    starts), and only then: the unit tests sharing this worker keep Triton."""
-    before = os.environ.get("SEQLAB_NO_TRITON")
-    os.environ["SEQLAB_NO_TRITON"] = "1"
+    """Set the path's switches while nbval starts a lesson's kernel, then put the worker's own back."""
+    switches = kernel_switches(lesson_path())
+    before = {name: os.environ.get(name) for name in switches}
+    for name, value in switches.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop("SEQLAB_NO_TRITON", None)
-        else:
-            os.environ["SEQLAB_NO_TRITON"] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

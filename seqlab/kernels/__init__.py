@@ -22,6 +22,12 @@ HAVE_TRITON = importlib.util.find_spec("triton") is not None and not SWITCHED_OF
 
 if HAVE_TRITON and not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    if os.environ["TRITON_INTERPRET"] not in ("", "0") and "triton.language" in sys.modules:
+        # Triton came in before the switch (torch.utils.flop_counter imports it): its library functions were made
+        # for the compiler, and an interpreted kernel could not call them
+        from seqlab.kernels.interpreter import interpret_preloaded_library
+
+        interpret_preloaded_library()
 
 
 class TritonUnavailable(RuntimeError):

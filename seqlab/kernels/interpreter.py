@@ -5,15 +5,20 @@ per element of the tile, so a ``(BT, BD)`` tile costs ``BT * BD`` calls. :func:`
 per step along the scanned axis instead, on whole slices: ``acc_i = combine(acc_{i-1}, in_i)``, the same
 combine function on the same operands in the same order (the earlier element on the left), each result kept
 in its input's dtype as Triton's own loop keeps it, so every element gets the same operations, ``BD`` times
-fewer calls. ``tests/kernels/test_interpreter_scan.py`` runs a kernel both ways and compares bit for bit.
+fewer calls. ``tests/ops/test_scan_triton.py`` runs a kernel both ways and compares bit for bit.
 
 :func:`vectorize_scan` installs it only over the ``generic_scan`` it was checked against: when the source of
 Triton's ``ScanOps.generic_scan`` or ``apply_impl`` (which calls it) differs from the one recorded here, it
-leaves the interpreter alone. Compiled kernels never see any of this."""
+leaves the interpreter alone. Compiled kernels never see any of this.
+
+:func:`interpret_preloaded_library` mends a process that imported Triton before the interpreter was switched on
+(``torch.utils.flop_counter`` imports it, for one): Triton's own library functions are then compiled-kernel
+``JITFunction``s, which an interpreted kernel cannot call."""
 from __future__ import annotations
 
 import hashlib
 import inspect
+import sys
 
 import numpy as np
 
@@ -93,3 +98,42 @@ def vectorize_scan(scan_ops=None) -> bool:
         else:
             _installed = _install(ScanOps)
     return _installed
+
+
+def _library_modules() -> list:
+    """The modules of ``triton.language`` already imported (its library functions live there)."""
+    return [module for name, module in list(sys.modules.items())
+            if module is not None and (name == "triton.language" or name.startswith("triton.language."))]
+
+
+def interpret_preloaded_library() -> int:
+    """Make Triton's library functions (``tl.sum``, ``tl.max``, ``tl.cdiv``, ...) callable from interpreted kernels
+    when ``triton.language`` was imported before ``TRITON_INTERPRET=1`` was set; returns how many it replaced.
+
+    ``@triton.jit`` reads ``TRITON_INTERPRET`` when it decorates: a function decorated before the switch is a
+    ``JITFunction`` for the compiler, and an interpreted kernel that calls it stops with ``Cannot call @triton.jit'd
+    outside of the scope of a kernel``. Each such function in the loaded ``triton.language`` modules, and in the
+    methods they add to ``tl.tensor`` (``x.sum()`` forwards to ``sum``), is replaced by the ``InterpretedFunction``
+    that ``@triton.jit`` makes under the interpreter, from the same Python function. A process that imported Triton
+    after the switch has none to replace."""
+    modules = _library_modules()
+    if not modules:
+        return 0
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    made: dict[int, InterpretedFunction] = {}
+
+    def interpreted(compiled):
+        return made.setdefault(id(compiled), InterpretedFunction(compiled.fn))
+
+    for module in modules:
+        for attr, value in list(vars(module).items()):
+            if isinstance(value, JITFunction):
+                setattr(module, attr, interpreted(value))
+    tensor = getattr(sys.modules.get("triton.language.core"), "tensor", None)
+    for method in vars(tensor).values() if tensor is not None else ():
+        for cell in getattr(method, "__closure__", None) or ():   # _tensor_member_fn's wrapper holds its function
+            if isinstance(cell.cell_contents, JITFunction):
+                cell.cell_contents = interpreted(cell.cell_contents)
+    return len(made)

@@ -232,6 +232,25 @@ def test_the_install_is_redone_when_the_lock_changes(wb, tmp_path):
     assert wb.wanted_stamp() != before
 
 
+def test_the_first_pass_runs_the_lessons_on_the_interpreter_path_the_second_with_triton_off(wb, monkeypatch):
+    """CI's lessons run twice: pass 1 as a Linux student's kernel runs them (Triton's interpreter), pass 2 with
+    Triton switched off; notebooks/conftest.py turns the variable into the kernel's environment."""
+    monkeypatch.setattr(wb, "cpu_capability", lambda py, env: "AVX2")
+    (first, env1, args1), (second, env2, args2) = wb.full_run_passes(Path("py"), {"SEQLAB_NO_TRITON": "1"})
+    assert env1["SEQLAB_LESSONS_TRITON"] == "interpreter" and env2["SEQLAB_LESSONS_TRITON"] == "off"
+    assert "notebooks" in args1 and "notebooks" in args2
+    spec = importlib.util.spec_from_file_location("lessons_conftest", REPO / "notebooks" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    assert conftest.kernel_switches("interpreter") == {"SEQLAB_NO_TRITON": None, "TRITON_INTERPRET": None}
+    assert conftest.kernel_switches("off") == {"SEQLAB_NO_TRITON": "1"}
+    monkeypatch.delenv("SEQLAB_LESSONS_TRITON", raising=False)
+    assert conftest.lesson_path() == "interpreter"
+    monkeypatch.setenv("SEQLAB_LESSONS_TRITON", "cuda")
+    with pytest.raises(ValueError, match="SEQLAB_LESSONS_TRITON"):
+        conftest.lesson_path()
+
+
 def test_the_second_pass_holds_another_floating_point_path(wb):
     """AVX512 machines rerun the lessons on AVX2, AVX2 machines on the scalar kernels; Numba generic in both;
     and torch, asked under that environment, really reports a capability other than this machine's own."""
@@ -263,16 +282,33 @@ def test_lab_runs_jupyterlab_with_the_save_hook_and_the_widget_restore_extension
 
 def test_lab_help_lists_its_own_options_first(wb, monkeypatch, capsys):
     """``lab --help``: workbench.py's ``--reset`` and that the other options pass to JupyterLab, then
-    JupyterLab's own help."""
+    JupyterLab's own help where the environment is installed."""
     calls = []
-    monkeypatch.setattr(wb, "ensure_environment", lambda *_, **__: Path("python-of-the-venv"))
+    monkeypatch.setattr(wb, "ensure_environment", lambda *_, **__: pytest.fail("--help must install nothing"))
+    monkeypatch.setattr(wb, "venv_python", lambda: Path(__file__))             # a file that exists
+    monkeypatch.setattr(wb, "STAMP", wb.ROOT / "stamp")
+    (wb.ROOT / "pyproject.toml").write_text("[project]\n")
+    monkeypatch.setattr(wb, "LOCK", wb.ROOT / "requirements.lock")
+    wb.LOCK.write_text("")
+    wb.STAMP.write_text(wb.wanted_stamp())
     monkeypatch.setattr(wb.subprocess, "call", lambda cmd, **kw: calls.append(cmd) or 0)
     monkeypatch.setattr(wb, "sync_working_copy", lambda *a, **k: pytest.fail("--help must not copy lessons"))
     assert wb.lab(["--help"]) == 0
     said = capsys.readouterr().out
     assert said.index("--reset") < said.index("JupyterLab's own options")
     assert "--port" in said and "pass" in said and "Ctrl-C" in said
-    assert calls == [["python-of-the-venv", "-m", "jupyter", "lab", "--help"]]
+    assert calls == [[str(Path(__file__)), "-m", "jupyter", "lab", "--help"]]
+
+
+def test_lab_help_answers_before_any_install(wb, monkeypatch, capsys):
+    """On a fresh clone (no ``.venv``) ``lab --help`` prints workbench.py's options at once and says where
+    JupyterLab's come from; it installs nothing and starts nothing."""
+    monkeypatch.setattr(wb, "ensure_environment", lambda *_, **__: pytest.fail("--help must install nothing"))
+    monkeypatch.setattr(wb, "venv_python", lambda: wb.ROOT / ".venv" / "bin" / "python")
+    monkeypatch.setattr(wb.subprocess, "call", lambda *a, **k: pytest.fail("--help must start nothing here"))
+    assert wb.lab(["--help"]) == 0
+    said = capsys.readouterr().out
+    assert "--reset" in said and "not installed yet" in said
 
 
 def _run_lab(wb, monkeypatch, args):
