@@ -4,7 +4,7 @@ re-running the whole forward for each new token (what a model without a recurren
     .venv/bin/python benchmarks/decode.py                              # contexts 128 .. 16384, batch 1 and 8
     .venv/bin/python benchmarks/decode.py --contexts 128 4096 --batches 1 --models gateloop lightnet
 
-One intra-op thread (``--threads``), float32, random weights at ``d_model=32, n_layers=2`` (the issue's
+One intra-op thread (``--threads``), float32, random weights at ``d_model=32, n_layers=2`` (the decoding
 check sizes; ``--d-model``/``--layers`` change them). For each model, batch and context ``c``:
 
 - ``step ms``: the best of ``--repeats`` timed ``model.step`` calls on a state that has read ``c`` tokens

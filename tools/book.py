@@ -18,7 +18,10 @@ Two output kinds MyST-NB cannot draw offline are rewritten first, by :class:`Sta
 
 A figure's title is set below plotly's toolbar (:func:`clear_of_the_toolbar`). The search page shows an excerpt
 around each hit from the pages' text shipped beside it (:func:`search_excerpts`: a browser refuses Sphinx's
-fetch of a page on disk).
+fetch of a page on disk). The excerpts and the search index read as prose: the equations and each lesson's
+navigation line ("Previous: ... · Next: ...") are kept out of the index (:func:`keep_out_of_search`), the
+display equations out of the excerpts, and an inline equation is written there as plain text
+(:func:`math_as_text`: ``\\(|a|\\)`` reads ``|a|``).
 """
 from __future__ import annotations
 
@@ -346,9 +349,101 @@ def _stage(notebooks: Path, src: Path) -> list[tuple[str, str]]:
     return lessons
 
 
+# An inline equation in the search excerpts: its TeX as plain text (math_as_text).
+TEX_SYMBOLS = {
+    "alpha": "α", "beta": "β", "gamma": "γ", "delta": "δ", "epsilon": "ε", "varepsilon": "ε", "zeta": "ζ",
+    "eta": "η", "theta": "θ", "iota": "ι", "kappa": "κ", "lambda": "λ", "mu": "μ", "nu": "ν", "xi": "ξ", "pi": "π",
+    "rho": "ρ", "sigma": "σ", "tau": "τ", "phi": "φ", "varphi": "φ", "chi": "χ", "psi": "ψ", "omega": "ω",
+    "Gamma": "Γ", "Delta": "Δ", "Theta": "Θ", "Lambda": "Λ", "Xi": "Ξ", "Pi": "Π", "Sigma": "Σ", "Phi": "Φ",
+    "Psi": "Ψ", "Omega": "Ω", "times": "×", "cdot": "·", "odot": "⊙", "otimes": "⊗", "circ": "∘", "bullet": "•",
+    "pm": "±", "le": "≤", "leq": "≤", "ge": "≥", "geq": "≥", "ne": "≠", "neq": "≠", "approx": "≈", "sim": "~",
+    "in": "∈", "to": "→", "rightarrow": "→", "leftarrow": "←", "mapsto": "↦", "infty": "∞", "sum": "Σ", "prod": "Π",
+    "partial": "∂", "nabla": "∇", "sqrt": "√", "dots": "…", "ldots": "…", "cdots": "⋯", "mid": "|", "lVert": "‖",
+    "rVert": "‖", "Vert": "‖", "langle": "⟨", "rangle": "⟩", "lceil": "⌈", "rceil": "⌉", "lfloor": "⌊",
+    "rfloor": "⌋", "ell": "ℓ", "top": "ᵀ", "quad": " ", "qquad": " ",
+}
+TEX_ACCENTS = {"bar": "\u0304", "hat": "\u0302", "tilde": "\u0303", "dot": "\u0307"}
+TEX_WRAPPERS = ("mathbf|mathrm|mathit|mathcal|mathbb|mathsf|boldsymbol|bm|operatorname|text|textrm|textbf|texttt|"
+                "textit|mbox|underbrace|overbrace|overline|underline|overleftarrow|overrightarrow|vec|widehat|"
+                "widetilde")
+TEX_DROPPED = r"\\(?:begin|end|tag|label)\s*\{[^{}]*\}|\\(?:left|right|[bB]igg?[lr]?|displaystyle|nonumber|notag)\b"
+
+
+def math_as_text(tex: str) -> str:
+    """An equation's TeX (``\\(...\\)``, ``\\[...\\]`` or ``$$...$$`` as Sphinx writes it) as plain text for the
+    search excerpts: delimiters gone, Greek letters and operators as their Unicode signs (``\\odot`` ⊙, ``^\\top``
+    ᵀ), fonts and environments unwrapped, ``\\frac{a}{b}`` as ``a/b``, a group after ``_`` or ``^`` in parentheses."""
+    s = tex.strip()
+    for left, right in (("\\(", "\\)"), ("\\[", "\\]"), ("$$", "$$"), ("$", "$")):
+        if s.startswith(left) and s.endswith(right) and len(s) >= len(left) + len(right):
+            s = s[len(left):len(s) - len(right)]
+            break
+    s = s.replace("\\{", "\x01").replace("\\}", "\x02").replace("\\|", "‖").replace("\\\\", " ").replace("&", " ")
+    s = re.sub(r"\\[,;:! ]", " ", s)
+    s = re.sub(TEX_DROPPED, "", s)
+    s = re.sub(r"\^\s*(?:\{\s*\\top\s*\}|\\top)", "ᵀ", s)
+    for _ in range(4):      # innermost groups first
+        s = re.sub(rf"\\(?:{TEX_WRAPPERS})\s*\{{([^{{}}]*)\}}", r"\1", s)
+        s = re.sub(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}",
+                   lambda m: f"{_grouped(m[1])}/{_grouped(m[2])}", s)
+        s = re.sub(r"\\(" + "|".join(TEX_ACCENTS) + r")\s*\{([^{}]*)\}",
+                   lambda m: m[2] + TEX_ACCENTS[m[1]] if len(m[2].strip()) == 1 else m[2], s)
+        s = re.sub(r"\\sqrt\s*\{([^{}]*)\}", lambda m: "√" + _grouped(m[1]), s)
+    s = re.sub(r"\\[dt]?frac\s*(\w)\s*(\w)", r"\1/\2", s)
+    s = re.sub(rf"\\(?:{TEX_WRAPPERS})\b\s*", "", s)
+    s = re.sub(r"\\(" + "|".join(TEX_ACCENTS) + r")\b\s*(\\[A-Za-z]+|\w)", lambda m: m[2] + TEX_ACCENTS[m[1]], s)
+    s = re.sub(r"\\sqrt\s*(\w)", r"√\1", s)
+    s = re.sub(r"\\([A-Za-z]+)", _symbol, s)
+    s = re.sub(r"([_^])\s*\{([^{}]*)\}", lambda m: m[1] + _grouped(m[2]), s)
+    s = re.sub(r"\\(.)", r"\1", s).replace("{", "").replace("}", "").replace("\x01", "{").replace("\x02", "}")
+    return re.sub(r"\s+", " ", s).strip()
+
+
+def _grouped(text: str) -> str:
+    text = text.strip()
+    return text if re.fullmatch(r"\w|\\?[A-Za-z]+|\d+", text) else f"({text})"
+
+
+def _symbol(m: re.Match) -> str:
+    """A TeX command as its sign (a command the table lacks, ``\\log`` say, as its name), set off by a space from
+    a letter or digit just before it (``i\\exp`` reads ``i exp``)."""
+    sign = TEX_SYMBOLS.get(m[1], m[1])
+    before = m.string[m.start() - 1] if m.start() else " "
+    return " " + sign if (before.isalnum() and (sign[0].isalnum() or sign in "ΣΠ")) else sign
+
+
+NO_SEARCH = "no-search"     # Sphinx's class for a node its search index skips (sphinx.search.WordCollector)
+
+
+def is_navigation(paragraph) -> bool:
+    """A lesson's navigation line: a paragraph that opens with **Previous:** or **Next:** and links to a lesson
+    ("**Previous:** [04 · ...](04_....ipynb) · **Next:** [06 · ...](06_....ipynb)"; MyST's target is the lesson's
+    name once the lesson is a page of the book)."""
+    from docutils import nodes
+
+    first = next((c for c in paragraph.children if c.astext().strip()), None)   # MyST may open with an empty text
+    targets = [str(n.get("reftarget") or n.get("refuri") or "") for n in paragraph.findall(nodes.Element)]
+    return (isinstance(first, nodes.strong) and first.astext().strip() in ("Previous:", "Next:")
+            and any(re.fullmatch(r"/?\d\d_\w+(\.ipynb|\.html)?(#.*)?", t) for t in targets))
+
+
+def keep_out_of_search(app, doctree) -> None:
+    """On ``doctree-read``: mark every equation and each lesson's navigation line ``no-search``, so that Sphinx's
+    index holds the lessons' prose and neither TeX (``operatorname``, ``mathbf``) nor the neighbours' titles, and
+    :class:`_MainText` leaves them out of the excerpts (an inline equation there as :func:`math_as_text`)."""
+    from docutils import nodes
+
+    for node in [*doctree.findall(nodes.math), *doctree.findall(nodes.math_block)]:
+        node["classes"].append(NO_SEARCH)
+    for node in [p for p in doctree.findall(nodes.paragraph) if is_navigation(p)]:
+        node["classes"] += [NO_SEARCH, "seqlab-navigation"]
+
+
 class _MainText(HTMLParser):
     """A built page's article (``<article>``, in ``[role=main]``) as light HTML: its text, and the sections and other
-    elements with an ``id`` (the anchors the search links to); no scripts, styles, header links or figures."""
+    elements with an ``id`` (the anchors the search links to); no scripts, styles, header links or figures, nothing
+    marked ``no-search`` (:func:`keep_out_of_search`: the navigation line, the display equations), and each inline
+    equation (``<span class="math">``) as plain text (:func:`math_as_text`)."""
 
     SKIP = {"script", "style"}
     VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
@@ -358,14 +453,19 @@ class _MainText(HTMLParser):
         self.parts: list[str] = []
         self.stack: list[tuple[str, bool, bool]] = []   # (tag, emitted, skipped)
         self.depth_main = None
+        self.math: list[str] | None = None     # the TeX of the inline equation being read
+        self.depth_math = None
 
     def handle_starttag(self, tag, attrs):
         if tag in self.VOID:
             return
         a = dict(attrs)
+        classes = (a.get("class") or "").split()
         in_main = self.depth_main is not None
-        skip = (tag in self.SKIP or "headerlink" in (a.get("class") or "").split()
-                or bool(self.stack and self.stack[-1][2]))
+        skipped = bool(self.stack and self.stack[-1][2])
+        if in_main and not skipped and tag == "span" and "math" in classes:
+            self.math, self.depth_math = [], len(self.stack)
+        skip = (tag in self.SKIP or "headerlink" in classes or NO_SEARCH in classes or "math" in classes or skipped)
         emit = in_main and not skip and bool(a.get("id"))
         if emit:
             self.parts.append(f'<div id="{html.escape(a["id"])}">')
@@ -380,13 +480,18 @@ class _MainText(HTMLParser):
             t, emit, _ = self.stack.pop()
             if emit:
                 self.parts.append("</div>")
+            if self.depth_math is not None and len(self.stack) == self.depth_math:
+                self.parts.append(html.escape(math_as_text("".join(self.math))))
+                self.math = self.depth_math = None
             if self.depth_main is not None and len(self.stack) == self.depth_main:
                 self.depth_main = None
             if t == tag:
                 break
 
     def handle_data(self, data):
-        if self.depth_main is not None and not (self.stack and self.stack[-1][2]):
+        if self.math is not None:
+            self.math.append(data)
+        elif self.depth_main is not None and not (self.stack and self.stack[-1][2]):
             self.parts.append(html.escape(data))
 
     def main(self, page: str) -> str:
@@ -462,6 +567,7 @@ def build(out: Path = ROOT / "build" / "book", notebooks: Path = ROOT / "noteboo
             warnings.filterwarnings("ignore", message=".* is deprecated. Check CHANGES for Sphinx API")
             app = Sphinx(str(src), str(src), str(out), str(Path(tmp) / "doctrees"), "html",
                          status=None if quiet else sys.stdout, warning=said, freshenv=True)
+            app.connect("doctree-read", keep_out_of_search)
             app.build()
     if said.getvalue().strip():
         raise BookWarnings("the book built with warnings:\n" + said.getvalue())

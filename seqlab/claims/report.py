@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from seqlab.claims import CLAIMS, RESULTS_DIR, Claim, get
+from seqlab.claims.catalogue import CLAIMS, get
+from seqlab.claims.claim import Claim
 from seqlab.claims.recall_report import sweep_file, sweep_section
+from seqlab.results import RESULTS_DIR
 from seqlab.results import read_json as _read
 
 __all__ = ["summary_table", "lesson_table", "render_readme"]

@@ -1,22 +1,45 @@
 """Running a claim over seeds (:func:`reproduce`): each seed's runs checkpointed and kept, the record, its figure,
-``claims.json`` and the results page gathered after each claim."""
+``claims.json`` and the results page gathered after each claim.
+
+:func:`reproduce` runs a claim over seeds ``0 .. seeds-1`` and writes
+
+- ``<out>/<id>.json``: the claim's record (:func:`seqlab.claims.record.claim_record`);
+- ``<out>/<id>.png``: its figure (``seqlab.viz.claims``; exported by kaleido with a Chromium, else the
+  figure's JSON as ``<id>.plotly.json``);
+- ``<out>/claims.json`` (``{"claims": [record, ...]}``, every finished claim in the order of :data:`CLAIMS`) and
+  ``<out>/README.md`` (:func:`render_readme`), gathered again after each claim.
+
+``<out>`` is ``results/`` for the medium profile and ``results/<profile>/`` for any other. Each seed's runs
+are checkpointed under ``<out>/.runs/<profile>/<id>/seed<k>/`` (git-ignored) and its numbers kept there once
+it finishes, so an interrupted claim resumes where it stopped; a claim already written in this profile with
+these seeds is skipped (``redo=True`` runs it again from scratch).
+
+Numbers. Every run is watched on a validation split (the medium sizes give each task one): choices are made
+there, and the value a claim reports is read once from the test split. Each arm's learning rate is chosen there
+(seed 0 over the profile's rates times ``3 ** k``, the grid extended while an arm's best sits at its edge; seeds
+1.. at each arm's chosen rate), except in the quick profile and for a claim with ``one_rate`` (nothing trained to
+compare).
+"""
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
 from seqlab import config, results
-from seqlab.claims import CLAIMS, FIELDS, RESULTS_DIR, Claim, get, one_math_thread, summarize  # noqa: F401
+from seqlab.claims.catalogue import CLAIMS, get
+from seqlab.claims.claim import Claim
+from seqlab.claims.figures import figure_server, save_claim_figure, save_png
 from seqlab.claims.recall_report import sweep_figure, sweep_file
+from seqlab.claims.record import claim_record
 from seqlab.claims.report import arena_figures, arena_file, render_readme
+from seqlab.config import one_math_thread
 from seqlab.experiments.rate_search import MAX_EXTENSIONS, at_edge, best_rate, extend_grid
-from seqlab.results import machine, profile_tag
+from seqlab.results import RESULTS_DIR, profile_tag
 
-__all__ = ["reproduce", "reproduce_claim", "write_summary", "gather", "default_out", "command"]
+__all__ = ["reproduce", "reproduce_claim", "write_summary", "gather", "default_out"]
 
 
 def default_out(profile: str) -> Path:
@@ -25,25 +48,14 @@ def default_out(profile: str) -> Path:
     return RESULTS_DIR if tag == "medium" else RESULTS_DIR / tag
 
 
-def command(claim_id: str, profile: str, seeds: int) -> str:
-    """The command that reproduces one claim's record."""
-    where = f"SEQLAB_PROFILE={profile} " if profile in config.PROFILES else ""
-    flag = "" if profile in config.PROFILES else f" --profile {profile}"
-    return f"{where}python -m seqlab reproduce {claim_id}{flag} --seeds {seeds}"
-
-
 def _read(path: Path) -> dict | None:
     """A claim's JSON file; None where there is none. A corrupted one raises ``ResultsError`` naming it (it is
     never taken for a missing file, so never overwritten by the next run)."""
-    from seqlab import results
-
     return results.read_json(path)
 
 
 def _write(path: Path, data) -> None:
     """JSON, written to this writer's own temporary file and moved into place (``seqlab.results.write_json``)."""
-    from seqlab import results
-
     results.write_json(path, data)
 
 
@@ -236,70 +248,20 @@ def reproduce_claim(claim_id: str, *, profile: str | None = None, seeds: int = 3
     _check_runs_folder(folder, sizes)
     with one_math_thread():
         if search:
-            results, rate_search = _searched_seeds(claim, seed_list, folder, profile, progress, sizes)
+            seed_results, rate_search = _searched_seeds(claim, seed_list, folder, profile, progress, sizes)
         else:
-            results = [_run_seed(claim, seed, folder, profile, progress)
-                       for seed in tqdm(seed_list, desc=f"{claim.id} ({tag})", disable=not progress, unit="seed")]
+            seed_results = [_run_seed(claim, seed, folder, profile, progress)
+                            for seed in tqdm(seed_list, desc=f"{claim.id} ({tag})", disable=not progress, unit="seed")]
             rate_search = None
-    record = _record(claim, profile, seed_list, results, sizes)
+    record = claim_record(claim, profile, seed_list, seed_results, sizes)
     record["rate_search"] = rate_search
     if rate_search is None:
         record["one_rate"] = claim.one_rate or f"the {tag} profile runs each claim at its one rate"
     record = json.loads(json.dumps(record))
     out.mkdir(parents=True, exist_ok=True)
-    record["figure"] = _save_figure(record, out)
+    record["figure"] = save_claim_figure(record, out)
     _write(out / f"{claim.id}.json", record)
     return record
-
-
-def _record(claim: Claim, profile: str, seeds: list[int], results: list[dict], sizes: dict) -> dict:
-    numbers = summarize(claim, seeds, results)
-    record = {"id": claim.id, "paper": claim.paper, "statement": claim.statement, "profile": profile_tag(profile),
-              "metric": claim.metric, "higher_is_better": claim.higher_is_better, "better": numbers["better"],
-              "worse": numbers["worse"], "arms": numbers["arms"], "paper_values": dict(claim.paper_values),
-              "verdict": numbers["verdict"], "command": command(claim.id, profile, len(seeds)),
-              "wall_s": round(sum(r["wall_s"] for r in results), 1), "machine": machine()}
-    record.update({k: v for k, v in numbers.items() if k not in record})
-    record.update({"paper_data": claim.paper_data, "stand_in": claim.stand_in, "experiment": claim.experiment,
-                   "sizes": sizes,
-                   "seed_wall_s": [round(r["wall_s"], 1) for r in results],
-                   "details": [r.get("details") for r in results],
-                   "runs": [r.get("runs", []) for r in results],
-                   "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
-    return json.loads(json.dumps(record))
-
-
-def _save_figure(record: dict, out: Path) -> str:
-    """The record's figure as ``<id>.png`` (kaleido), else its plotly JSON as ``<id>.plotly.json``; the file
-    name, relative to ``out``."""
-    from seqlab.viz.claims import claim_figure
-
-    return save_png(claim_figure(record), out / f"{record['id']}.png", out / f"{record['id']}.plotly.json").name
-
-
-def save_png(fig, png: Path, fallback: Path) -> Path:
-    """``fig`` as the PNG ``png`` (kaleido with a Chromium), else its plotly JSON as ``fallback``; the path
-    written."""
-    from seqlab.viz.nbstate import NO_BROWSER, browser_found
-
-    try:
-        import warnings
-
-        import plotly.io as pio
-
-        if not browser_found():
-            raise RuntimeError(NO_BROWSER)
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            png.write_bytes(pio.to_image(fig, format="png", width=fig.layout.width or 900,
-                                         height=fig.layout.height or 420))
-        return png
-    except Exception as err:   # no kaleido or no Chromium: the figure's JSON, drawn by plotly anywhere
-        print(f"figure: no PNG ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
-              f"writing the plotly JSON instead", file=sys.stderr)
-        fig.write_json(str(fallback))
-        return fallback
 
 
 def reproduce(ids=None, *, profile: str | None = None, seeds: int = 3, out=None, redo: bool = False,
@@ -312,7 +274,7 @@ def reproduce(ids=None, *, profile: str | None = None, seeds: int = 3, out=None,
     profile = profile or config.profile()
     out = Path(out) if out is not None else default_out(profile)
     records = []
-    with _figure_server():
+    with figure_server():
         for cid in ids:
             records.append(reproduce_claim(cid, profile=profile, seeds=seeds, out=out, redo=redo, progress=progress))
             write_summary(out)
@@ -339,32 +301,7 @@ def write_summary(out) -> None:
 
 
 def _write_text(path: Path, text: str) -> None:
-    from seqlab import results
-
     try:
         path.write_text(text)
     except OSError as err:
         raise results.ResultsError(results.write_failure(path, err)) from err
-
-
-class _figure_server:
-    """One kaleido browser for all the figures of a call (each figure alone would start its own)."""
-
-    def __enter__(self):
-        from seqlab.viz.nbstate import browser_found
-
-        try:
-            import kaleido
-
-            if not browser_found():
-                raise RuntimeError("no browser")
-            kaleido.start_sync_server(silence_warnings=True)
-            self.kaleido = kaleido
-        except Exception:       # no kaleido or no browser: figures fall back to their JSON
-            self.kaleido = None
-        return self
-
-    def __exit__(self, *exc):
-        if self.kaleido is not None:
-            self.kaleido.stop_sync_server(silence_warnings=True)
-        return False

@@ -58,12 +58,32 @@ class Exercise:
         return int(self.id.replace(".", ""))       # "05.2" -> 52: one fixed stream per exercise
 
 
-def exercise(id: str, *, title: str, task: str, hint: str, stub: str):
-    """Decorator registering ``checker(answer) -> reason it is right`` under ``id``."""
+def exercise(id: str, *, title: str, task: str, hint: str, stub: str | None = None, signature: str | None = None,
+             returns: str | None = None):
+    """Decorator registering ``checker(answer) -> reason it is right`` under ``id``.
+
+    An exercise whose answer is a function gives its ``signature`` (``"reduce(p, q) -> r"``) and what it ``returns``
+    (``"r, shape (B, L, H)"``) instead of a ``stub``: the learner starts from :func:`function_stub`, an answer that is
+    no function is ``Wrong`` (naming the signature), and the checker is given the function."""
     def wrap(fn):
-        _REGISTRY.register(id, Exercise(id=id, title=title, task=task, hint=hint, stub=stub.strip("\n"), checker=fn))
+        checker = fn if signature is None else given_a_function(fn, signature)
+        code = stub if signature is None else function_stub(signature, returns)
+        _REGISTRY.register(id, Exercise(id=id, title=title, task=task, hint=hint, stub=code.strip("\n"),
+                                        checker=checker))
         return fn
     return wrap
+
+
+def given_a_function(check: Callable, signature: str) -> Callable:
+    """A checker that calls ``check`` with the answer once it is a function (``Wrong`` naming ``signature`` else)."""
+    return lambda answer: check(need_function(answer, signature))
+
+
+def function_stub(signature: str, returns: str) -> str:
+    """The code a function exercise starts from: ``def <signature>:`` with the body ``...``, then
+    ``answer = <name>``."""
+    head = signature.split(" -> ")[0]
+    return f"def {head}:\n    ...          # your code here: return {returns}\n\nanswer = {head.split('(')[0]}"
 
 
 def ids(lesson=None) -> builtins.list[str]:
@@ -166,6 +186,13 @@ def call(fn, *args, what: str = "your function"):
     return out
 
 
+def output(fn, args, name: str, shape: tuple, *, complex_ok: bool = True) -> torch.Tensor:
+    """What ``fn`` returns for copies of ``args`` (tensors cloned: the learner cannot change the checker's inputs),
+    as a float64 (or complex128) tensor of ``shape`` (:func:`call`, then :func:`tensor`)."""
+    copies = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    return tensor(call(fn, *copies), name, shape, complex_ok=complex_ok)
+
+
 def tensor(out, name: str, shape: tuple, *, complex_ok: bool = True) -> torch.Tensor:
     """``out`` as a float64 (or complex128) tensor of ``shape``, or ``Wrong`` saying what came instead."""
     if not isinstance(out, torch.Tensor):
@@ -255,3 +282,62 @@ def real_number(answer, name: str) -> float:
 
 def generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
+
+
+def uniform(g: torch.Generator, *shape, lo: float, hi: float) -> torch.Tensor:
+    """Float64 values drawn uniformly from ``[lo, hi)``."""
+    return lo + (hi - lo) * torch.rand(*shape, generator=g, dtype=torch.float64)
+
+
+def complex_randn(g: torch.Generator, *shape) -> torch.Tensor:
+    """Complex128 values with standard normal real and imaginary parts."""
+    return torch.complex(torch.randn(*shape, generator=g, dtype=torch.float64),
+                         torch.randn(*shape, generator=g, dtype=torch.float64))
+
+
+def transitions(g: torch.Generator, *shape, lo: float, hi: float) -> torch.Tensor:
+    """Complex128 transitions: magnitudes uniform in ``[lo, hi)``, phases uniform in ``[-pi, pi)``."""
+    return torch.polar(uniform(g, *shape, lo=lo, hi=hi),
+                       (2 * torch.rand(*shape, generator=g, dtype=torch.float64) - 1) * math.pi)
+
+
+def refuse_nonfinite(got: torch.Tensor, name: str, where: str, why: str) -> None:
+    """``Wrong`` counting the non-finite values of ``got`` and saying ``why`` they appeared, if there are any."""
+    if not torch.isfinite(got).all():
+        raise Wrong(f"{name} has {int((~torch.isfinite(got)).sum())} non-finite values{where}: {why}")
+
+
+def first_above_diagonal(got: torch.Tensor) -> tuple[int, int] | None:
+    """The first ``(row, column)`` above the diagonal of a square matrix that is not 0; None where it is lower
+    triangular."""
+    if got.shape[0] < 2 or not float(got.triu(1).abs().max()) > 0:
+        return None
+    return tuple(int(i) for i in (got.triu(1) != 0).nonzero()[0])
+
+
+def pair(answer, what: str) -> None:
+    """``Wrong`` unless ``answer`` is a tuple or list of two (``what`` names them: ``"(nu, theta)"``)."""
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        raise Wrong(f"expected a pair {what}, got {answer!r}")
+
+
+def chosen_names(answer, options, *, what: str = "names", one: str = "name") -> set:
+    """The set of names the learner chose, each among ``options``, or ``Wrong`` saying what came instead."""
+    listed = ", ".join(options)
+    if isinstance(answer, str) or not isinstance(answer, (set, frozenset, list, tuple)):
+        raise Wrong(f"expected a set of {what} from {listed}, got {answer!r}")
+    chosen = set(answer)
+    unknown = sorted(str(c) for c in chosen if c not in options)
+    if unknown:
+        raise Wrong(f"unknown {one} {unknown[0]!r}: choose from {listed}")
+    return chosen
+
+
+def random_weights(model, g: torch.Generator | None = None):
+    """``model`` with 0.3 of standard normal noise added to every weight (drawn from ``g``, else the global
+    stream): no token or path is right by luck. Returns the model."""
+    with torch.no_grad():
+        for prm in model.parameters():
+            noise = torch.randn_like(prm) if g is None else torch.randn(prm.shape, generator=g, dtype=prm.dtype)
+            prm.add_(0.3 * noise)
+    return model

@@ -3,18 +3,9 @@ from __future__ import annotations
 
 import torch
 
+from seqlab.exercises._core import (Wrong, close, compare, exercise, generator, output, refuse_nonfinite,
+                                    whole_number)
 from seqlab.models.decoding import state_tensors  # every tensor inside a decoding state
-from seqlab.exercises._core import (
-    Wrong,
-    call,
-    close,
-    compare,
-    exercise,
-    generator,
-    need_function,
-    tensor,
-    whole_number,
-)
 
 _AXES = "(batch, query j, feature h)"
 
@@ -24,15 +15,14 @@ _AXES = "(batch, query j, feature h)"
                "(p, q: (B, L, H) -> r: (B, L, H)).",
           hint="for each j: torch.relu(p[:, :j + 1] + q[:, j:j + 1]).mean(dim=1) is row j; compare "
                "seqlab.ops.relation_reference(p, q, activation='relu').",
-          stub="def reduce(p, q):\n    ...          # your code here: return r, shape (B, L, H)\n\nanswer = reduce")
-def _check_01_1(answer):
+          signature="reduce(p, q) -> r", returns="r, shape (B, L, H)")
+def _check_01_1(fn):
     from seqlab import ops
 
-    fn = need_function(answer, "reduce(p, q) -> r")
     g = generator(11)
     for L in (1, 6, 13):
         p, q = (torch.randn(2, L, 5, generator=g, dtype=torch.float64) for _ in range(2))
-        got = tensor(call(fn, p.clone(), q.clone()), "r", (2, L, 5), complex_ok=False)
+        got = output(fn, (p, q), "r", (2, L, 5), complex_ok=False)
         want = ops.relation_reference(p, q, activation="relu")
         if close(got, want, 1e-10):
             continue
@@ -54,23 +44,21 @@ def _check_01_1(answer):
                "logcumsumexp_{i<=j}(p_i) - log j, so that it stays finite for keys p of size ~730 (exp overflows).",
           hint="torch.logcumsumexp(p, dim=1) is log sum_{i<=j} exp(p_i); the count j is torch.arange(1, L + 1); "
                "exponentiate only at the end.",
-          stub="def linear_reduce(p, q):\n    ...          # your code here: return r, shape (B, L, H)\n\n"
-               "answer = linear_reduce")
-def _check_01_2(answer):
+          signature="linear_reduce(p, q) -> r", returns="r, shape (B, L, H)")
+def _check_01_2(fn):
     from seqlab import ops
 
-    fn = need_function(answer, "linear_reduce(p, q) -> r")
     g = generator(12)
     cases = [(L, 1.0, 0.0) for L in (1, 7, 20)] + [(16, 20.0, 730.0)]
     for L, scale, shift in cases:
         p = scale * torch.rand(2, L, 4, generator=g, dtype=torch.float64) + shift
         q = scale * torch.rand(2, L, 4, generator=g, dtype=torch.float64) - shift
         where = f" at L = {L}" + (f" with keys p near {shift:.0f}" if shift else "")
-        got = tensor(call(fn, p.clone(), q.clone()), "r", (2, L, 4), complex_ok=False)
+        got = output(fn, (p, q), "r", (2, L, 4), complex_ok=False)
         want = ops.relation_reference(p, q)                          # exp(p_i + q_j) is never large here
-        if shift and not torch.isfinite(got).all():
-            raise Wrong(f"r has {int((~torch.isfinite(got)).sum())} non-finite values{where}: exp(p) overflows float64 "
-                        f"above ~709; keep log sum exp(p_i) (torch.logcumsumexp) and exponentiate q_j + log S_j - log j")
+        if shift:
+            refuse_nonfinite(got, "r", where, "exp(p) overflows float64 above ~709; keep log sum exp(p_i) "
+                                              "(torch.logcumsumexp) and exponentiate q_j + log S_j - log j")
         count = torch.arange(1, L + 1, dtype=torch.float64)[None, :, None]
         if L > 1 and close(got, want * count, 1e-8):
             raise Wrong(f"row j is j times too large{where}: subtract log j (the mean over the j keys i <= j)")

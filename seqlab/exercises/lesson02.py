@@ -6,28 +6,12 @@ import math
 
 import torch
 
-from seqlab.exercises._core import (
-    Wrong,
-    call,
-    close,
-    compare,
-    exercise,
-    fmt,
-    generator,
-    need_function,
-    real_number,
-    tensor,
-)
+from seqlab.exercises._core import (Wrong, call, close, compare, complex_randn, exercise, fmt, generator, output,
+                                    pair, real_number, tensor, transitions)
 
 
 def _complex_inputs(g, B, L, D):
-    a = torch.polar(0.5 + 0.5 * torch.rand(B, L, D, generator=g, dtype=torch.float64),
-                    (2 * torch.rand(B, L, D, generator=g, dtype=torch.float64) - 1) * math.pi)
-    x = torch.complex(torch.randn(B, L, D, generator=g, dtype=torch.float64),
-                      torch.randn(B, L, D, generator=g, dtype=torch.float64))
-    h0 = torch.complex(torch.randn(B, D, generator=g, dtype=torch.float64),
-                       torch.randn(B, D, generator=g, dtype=torch.float64))
-    return a, x, h0
+    return transitions(g, B, L, D, lo=0.5, hi=1.0), complex_randn(g, B, L, D), complex_randn(g, B, D)
 
 
 @exercise("02.1", title="The scan as a loop",
@@ -35,16 +19,15 @@ def _complex_inputs(g, B, L, D):
                "return h_1 .. h_L, shape (B, L, D).",
           hint="h = h0; for t in range(L): h = a[:, t] * h + x[:, t], and keep every h (torch.stack(..., dim=1)); "
                "no conjugation anywhere.",
-          stub="def scan(a, x, h0):\n    ...          # your code here: return h, shape (B, L, D)\n\nanswer = scan")
-def _check_02_1(answer):
+          signature="scan(a, x, h0) -> h", returns="h, shape (B, L, D)")
+def _check_02_1(fn):
     from seqlab.ops import linear_scan_reference
 
-    fn = need_function(answer, "scan(a, x, h0) -> h")
     g = generator(21)
     for L in (1, 4, 17):
         a, x, h0 = _complex_inputs(g, 2, L, 3)
         where = f" at L = {L}"
-        got = tensor(call(fn, a.clone(), x.clone(), h0.clone()), "h", (2, L, 3))
+        got = output(fn, (a, x, h0), "h", (2, L, 3))
         want = linear_scan_reference(a, x, h0)
         if close(got, want, 1e-12):
             continue
@@ -68,8 +51,7 @@ def _check_02_1(answer):
 def _check_02_2(answer):
     from seqlab.ops import linear_scan, lru_lambda
 
-    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        raise Wrong(f"expected a pair (nu, theta), got {answer!r}")
+    pair(answer, "(nu, theta)")
     nu, theta = real_number(answer[0], "nu"), real_number(answer[1], "theta")
     lam = lru_lambda(torch.tensor([nu], dtype=torch.float64), torch.tensor([theta], dtype=torch.float64))
     impulse = torch.zeros(101, 1, dtype=torch.complex128)
@@ -115,11 +97,9 @@ def _fold(combine, a, x):
                "+ x_t, but whose tree-shaped (parallel) scan does not: a non-associative operator.",
           hint="the left fold never reads the first component of its running pair; eq. 13 is (a1 a2, a2 x1 + x2), so "
                "change only the first component.",
-          stub="def combine(p, q):\n    ...          # your code here: return (a, x)\n\nanswer = combine")
-def _check_02_3(answer):
+          signature="combine(p, q) -> (a, x)", returns="(a, x)")
+def _check_02_3(fn):
     from seqlab.ops import linear_scan_reference
-
-    fn = need_function(answer, "combine(p, q) -> (a, x)")
 
     def combine(p, q):
         out = call(fn, p, q, what="your combine")

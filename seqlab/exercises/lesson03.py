@@ -3,16 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from seqlab.exercises._core import (
-    Wrong,
-    call,
-    close,
-    compare,
-    exercise,
-    generator,
-    need_function,
-    tensor,
-)
+from seqlab.exercises._core import (Wrong, call, chosen_names, close, compare, exercise, generator, random_weights,
+                                    tensor)
 
 
 def _lrnn(seed: int):
@@ -30,12 +22,10 @@ def _lrnn(seed: int):
           task="Recompute a layers.LRNN forward with a loop: h_t = lam * h_{t-1} + x_t @ W from h_0, with lam = "
                "lrnn.lam(), W = lrnn.input_weight(), h_0 = lrnn.h0(); return y = Re(h), shape (B, L, d_state).",
           hint="h = lrnn.h0().expand(B, -1); each step h = lam * h + x[:, t].to(W.dtype) @ W; keep h.real.",
-          stub="def lrnn_forward(lrnn, x):\n    ...          # your code here: return y, shape (B, L, d_state)\n\n"
-               "answer = lrnn_forward")
-def _check_03_1(answer):
+          signature="lrnn_forward(lrnn, x) -> y", returns="y, shape (B, L, d_state)")
+def _check_03_1(fn):
     from seqlab import ops
 
-    fn = need_function(answer, "lrnn_forward(lrnn, x) -> y")
     lrnn = _lrnn(31)
     g = generator(31)
     for L in (1, 5, 23):
@@ -66,12 +56,10 @@ def _check_03_1(answer):
                "+ a2 [mlp2(lrnn2(norm2(x1)^T))]^T, the twist transposing (B, L, D) <-> (B, D, L).",
           hint="a1, a2 = block.alpha1, block.alpha2; transpose with .transpose(1, 2) before lrnn2 and back after mlp2; "
                "the second residual starts from x1, not x.",
-          stub="def fst_block(block, x):\n    ...          # your code here: return x2, shape (B, L, D)\n\n"
-               "answer = fst_block")
-def _check_03_2(answer):
+          signature="fst_block(block, x) -> x2", returns="x2, shape (B, L, D)")
+def _check_03_2(fn):
     from seqlab.layers import FSTBlock
 
-    fn = need_function(answer, "fst_block(block, x) -> x2")
     torch.manual_seed(32)
     L, D = 10, 6
     block = FSTBlock(D, L, mode="sequential").double()
@@ -122,9 +110,7 @@ def _leak(parts_unmasked) -> float:
 
     torch.manual_seed(33)
     lm = models.build("fst", vocab_size=11, seq_len=12, d_model=8, n_layers=1, mode="sequential").double().eval()
-    with torch.no_grad():
-        for prm in lm.parameters():
-            prm.add_(0.3 * torch.randn_like(prm))     # random weights (the masks are applied on every call)
+    random_weights(lm)                                # the masks are applied on every call
     for part in parts_unmasked:
         _unmask(lm.blocks[0], part)
     tokens = torch.randint(0, 11, (2, 12), generator=generator(33))
@@ -141,12 +127,7 @@ def _leak(parts_unmasked) -> float:
                "an earlier one; in the twisted half the positions are the channels.",
           stub="answer = ...          # a set of names, e.g. {'mlp1'}")
 def _check_03_3(answer):
-    if isinstance(answer, str) or not isinstance(answer, (set, frozenset, list, tuple)):
-        raise Wrong(f"expected a set of names from {', '.join(_PARTS)}, got {answer!r}")
-    chosen = set(answer)
-    unknown = sorted(str(c) for c in chosen if c not in _PARTS)
-    if unknown:
-        raise Wrong(f"unknown name {unknown[0]!r}: choose from {', '.join(_PARTS)}")
+    chosen = chosen_names(answer, _PARTS)
     needed = {"lrnn2.W_in", "mlp2"}
     for part in sorted(needed - chosen):
         leak = _leak([part])

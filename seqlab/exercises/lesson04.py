@@ -3,18 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from seqlab.exercises._core import (
-    Wrong,
-    call,
-    choice,
-    close,
-    compare,
-    exercise,
-    fmt,
-    generator,
-    need_function,
-    tensor,
-)
+from seqlab.exercises._core import (Wrong, choice, close, compare, exercise, first_above_diagonal, fmt, generator,
+                                    output, pair, refuse_nonfinite)
 
 
 def _additive_truth(k: torch.Tensor) -> torch.Tensor:
@@ -29,18 +19,16 @@ def _additive_truth(k: torch.Tensor) -> torch.Tensor:
                "channel (a_1 = 0), finite for keys of size 1000; check that it lies in [0, 1].",
           hint="log s_t = torch.logcumsumexp(k, dim=0); a_t = exp(log s_{t-1} - log s_t) for t >= 2 and a_1 = 0 "
                "(s_0 = 0).",
-          stub="def additive_decay(k):\n    ...          # your code here: return a, shape (L, d)\n\n"
-               "answer = additive_decay")
-def _check_04_1(answer):
-    fn = need_function(answer, "additive_decay(k) -> a")
+          signature="additive_decay(k) -> a", returns="a, shape (L, d)")
+def _check_04_1(fn):
     g = generator(41)
     for L, scale in ((1, 1.0), (6, 1.0), (20, 3.0), (20, 1000.0)):
         k = scale * (2 * torch.rand(L, 3, generator=g, dtype=torch.float64) - 1)
         where = f" at L = {L}" + (f" with keys of size {scale:.0f}" if scale > 10 else "")
-        got = tensor(call(fn, k.clone()), "a", (L, 3), complex_ok=False)
-        if scale > 10 and not torch.isfinite(got).all():
-            raise Wrong(f"a has {int((~torch.isfinite(got)).sum())} non-finite values{where}: exp(k) overflows; "
-                        f"use log s_t = logcumsumexp(k) and a_t = exp(log s_(t-1) - log s_t)")
+        got = output(fn, (k,), "a", (L, 3), complex_ok=False)
+        if scale > 10:
+            refuse_nonfinite(got, "a", where, "exp(k) overflows; use log s_t = logcumsumexp(k) and "
+                                              "a_t = exp(log s_(t-1) - log s_t)")
         want = _additive_truth(k)
         if torch.isfinite(got).all() and (got.min() < -1e-12 or got.max() > 1 + 1e-12):
             bad = tuple(int(i) for i in ((got < -1e-12) | (got > 1 + 1e-12)).nonzero()[0])
@@ -62,23 +50,21 @@ def _check_04_1(answer):
                "y_(t-1) + x_t.",
           hint="G = delta.cumsum(0); c_ts = exp(G_s - G_t): mask s > t to -inf with torch.where before exp, never form "
                "exp(G) itself.",
-          stub="def coefficients(delta):\n    ...          # your code here: return C, shape (L, L)\n\n"
-               "answer = coefficients")
-def _check_04_2(answer):
+          signature="coefficients(delta) -> C", returns="C, shape (L, L)")
+def _check_04_2(fn):
     from seqlab import ops
 
-    fn = need_function(answer, "coefficients(delta) -> C")
     g = generator(42)
     for L, hi in ((1, 1.0), (5, 1.0), (16, 1.0), (400, 5.0)):
         delta = hi * torch.rand(L, generator=g, dtype=torch.float64)
         where = f" at L = {L}"
-        got = tensor(call(fn, delta.clone()), "C", (L, L), complex_ok=False)
+        got = output(fn, (delta,), "C", (L, L), complex_ok=False)
         want = ops.decay_coefficients(delta, "multiplicative")
-        if L > 1 and not torch.isfinite(got).all():
-            raise Wrong(f"C has {int((~torch.isfinite(got)).sum())} non-finite values{where} (log g_L = "
-                        f"{float(delta.sum()):.0f}): exp(log g) overflows; take exp(G_s - G_t), masked before exp")
-        if L > 1 and float(got.triu(1).abs().max()) > 0:
-            t, s = (int(i) for i in (got.triu(1) != 0).nonzero()[0])
+        if L > 1:
+            refuse_nonfinite(got, "C", f"{where} (log g_L = {float(delta.sum()):.0f})",
+                             "exp(log g) overflows; take exp(G_s - G_t), masked before exp")
+        if above := first_above_diagonal(got):
+            t, s = above
             if close(got, want.T, 1e-10):
                 raise Wrong(f"C is transposed{where}: row t is the output y_t, column s the input x_s (s <= t)")
             raise Wrong(f"C[{t}, {s}] = {fmt(got[t, s])}{where}: C must be lower-triangular, output t reads only s <= t")
@@ -101,8 +87,7 @@ def _check_04_2(answer):
 def _check_04_3(answer):
     from seqlab import ops
 
-    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        raise Wrong(f"expected a pair (kind that wipes, kind that keeps), got {answer!r}")
+    pair(answer, "(kind that wipes, kind that keeps)")
     kinds = ("additive", "multiplicative")
     wipes, keeps = choice(answer[0], kinds, "answer[0]"), choice(answer[1], kinds, "answer[1]")
     delta = torch.full((24,), 0.2, dtype=torch.float64)

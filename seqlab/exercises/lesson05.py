@@ -1,31 +1,10 @@
 """Lesson 05 · GateLoop: the surrogate attention built stably, the gradient of the scan, a reset designed by hand."""
 from __future__ import annotations
 
-import math
-
 import torch
 
-from seqlab.exercises._core import (
-    Wrong,
-    call,
-    close,
-    compare,
-    exercise,
-    fmt,
-    generator,
-    need_function,
-    tensor,
-)
-
-
-def _crandn(g, *shape):
-    return torch.complex(torch.randn(*shape, generator=g, dtype=torch.float64),
-                         torch.randn(*shape, generator=g, dtype=torch.float64))
-
-
-def _transitions(g, *shape, lo, hi):
-    return torch.polar(lo + (hi - lo) * torch.rand(*shape, generator=g, dtype=torch.float64),
-                       (2 * torch.rand(*shape, generator=g, dtype=torch.float64) - 1) * math.pi)
+from seqlab.exercises._core import (Wrong, close, compare, complex_randn, exercise, first_above_diagonal, fmt,
+                                    generator, output, refuse_nonfinite, tensor, transitions)
 
 
 @exercise("05.1", title="The surrogate attention, stably",
@@ -34,23 +13,21 @@ def _transitions(g, *shape, lo, hi):
                "underflows.",
           hint="log a is complex (log|a| + i arg a): take its cumsum G, the differences G_n - G_m, set m > n to -inf "
                "with torch.where before exp, then torch.einsum('nd,md,nmd->nm', q, k, decay).",
-          stub="def surrogate(q, k, a):\n    ...          # your code here: return A, shape (L, L)\n\nanswer = surrogate")
-def _check_05_1(answer):
+          signature="surrogate(q, k, a) -> A", returns="A, shape (L, L)")
+def _check_05_1(fn):
     from seqlab.ops import gateloop_attention_matrix
 
-    fn = need_function(answer, "surrogate(q, k, a) -> A")
     g = generator(51)
     for L, lo, hi in ((1, 0.5, 1.0), (6, 0.5, 1.0), (20, 0.5, 1.0), (600, 0.05, 0.5)):
-        q, k = _crandn(g, L, 2), _crandn(g, L, 2)
-        a = _transitions(g, L, 2, lo=lo, hi=hi)
+        q, k = complex_randn(g, L, 2), complex_randn(g, L, 2)
+        a = transitions(g, L, 2, lo=lo, hi=hi)
         where = f" at L = {L}" + (f" with |a| in [{lo}, {hi}]" if L > 100 else "")
-        got = tensor(call(fn, q.clone(), k.clone(), a.clone()), "A", (L, L))
-        if L > 100 and not torch.isfinite(got).all():
-            raise Wrong(f"A has {int((~torch.isfinite(got)).sum())} non-finite values{where}: the prefix product "
-                        f"|pi_n| falls below 1e-308 and 1/pi_n overflows (Fig. 3); use differences of cumulative logs, "
-                        f"masked before exp")
-        if L > 1 and float(got.triu(1).abs().max()) > 0:
-            n, m = (int(i) for i in (got.triu(1) != 0).nonzero()[0])
+        got = output(fn, (q, k, a), "A", (L, L))
+        if L > 100:
+            refuse_nonfinite(got, "A", where, "the prefix product |pi_n| falls below 1e-308 and 1/pi_n overflows "
+                                              "(Fig. 3); use differences of cumulative logs, masked before exp")
+        if above := first_above_diagonal(got):
+            n, m = above
             raise Wrong(f"A[{n}, {m}] = {fmt(got[n, m].item())}{where}: query n reads only keys m <= n (eq. 20's mask)")
         want = gateloop_attention_matrix(q[None, None], k[None, None], a[None, None])[0, 0]
         if L > 1 and close(got, want.conj(), 1e-8):
@@ -66,18 +43,16 @@ def _check_05_1(answer):
                "d loss / d a_t, shape (L, D), without autograd (the checker compares with autograd).",
           hint="g_t = d loss / d h_t obeys g_t = w_t + a_(t+1) g_(t+1) (a scan run backwards); a_t multiplies h_(t-1), "
                "so d loss / d a_t = g_t h_(t-1).",
-          stub="def grad_a(a, x, w):\n    ...          # your code here: return d loss / d a, shape (L, D)\n\n"
-               "answer = grad_a")
-def _check_05_2(answer):
+          signature="grad_a(a, x, w) -> d loss / d a", returns="d loss / d a, shape (L, D)")
+def _check_05_2(fn):
     from seqlab.ops import linear_scan_reference
 
-    fn = need_function(answer, "grad_a(a, x, w) -> d loss / d a")
     g = generator(52)
     for L in (1, 4, 19):
         a = 0.3 + 0.7 * torch.rand(L, 3, generator=g, dtype=torch.float64)
         x, w = (torch.randn(L, 3, generator=g, dtype=torch.float64) for _ in range(2))
         where = f" at L = {L}"
-        got = tensor(call(fn, a.clone(), x.clone(), w.clone()), "d loss / d a", (L, 3), complex_ok=False)
+        got = output(fn, (a, x, w), "d loss / d a", (L, 3), complex_ok=False)
         with torch.enable_grad():
             a_ = a.clone().requires_grad_()
             h = linear_scan_reference(a_, x)

@@ -6,34 +6,14 @@ import math
 
 import torch
 
-from seqlab.exercises._core import (
-    Wrong,
-    call,
-    close,
-    compare,
-    exercise,
-    first_nonfinite,
-    generator,
-    need_function,
-    tensor,
-)
-
-
-def _crandn(g, *shape):
-    return torch.complex(torch.randn(*shape, generator=g, dtype=torch.float64),
-                         torch.randn(*shape, generator=g, dtype=torch.float64))
-
-
-def _uniform(g, *shape, lo, hi):
-    return lo + (hi - lo) * torch.rand(*shape, generator=g, dtype=torch.float64)
+from seqlab.exercises._core import (Wrong, close, compare, complex_randn, exercise, first_nonfinite, generator,
+                                    output, refuse_nonfinite, uniform)
 
 
 def _no_overflow(got: torch.Tensor, name: str, where: str) -> None:
     """``Wrong`` if the answer for sharp gates has inf or NaN: the factorised ``exp(g_i) exp(-g_j)`` overflowed."""
-    if not torch.isfinite(got).all():
-        raise Wrong(f"{name} has {int((~torch.isfinite(got)).sum())} non-finite values{where}, where the gates are "
-                    f"sharp: exp(-g_j) overflows once -g_j passes ~88.7 (float32) or ~709.8 (float64); form "
-                    f"exp(g_i - g_j) from the difference, masked before exp")
+    refuse_nonfinite(got, name, f"{where}, where the gates are sharp", "exp(-g_j) overflows once -g_j passes ~88.7 "
+                     "(float32) or ~709.8 (float64); form exp(g_i - g_j) from the difference, masked before exp")
 
 
 def _states_by_recurrence(k, v, log_a, C):
@@ -55,15 +35,13 @@ def _states_by_recurrence(k, v, log_a, C):
                "from the chunk's start), finite and right in float32 for gates as sharp as log a = -30.",
           hint="g = log_a.cumsum(0); g[:, None] - g[None, :] is <= 0 on and below the diagonal: set the entries above it "
                "to -inf with torch.where before exp (never exp(g_i) * exp(-g_j)).",
-          stub="def relative_decays(log_a):\n    ...          # your code here: return D, shape (C, C, d)\n\n"
-               "answer = relative_decays")
-def _check_06_1(answer):
-    fn = need_function(answer, "relative_decays(log_a) -> D")
+          signature="relative_decays(log_a) -> D", returns="D, shape (C, C, d)")
+def _check_06_1(fn):
     g = generator(61)
     for C, lo, hi in ((1, -1.0, 0.0), (5, -1.0, 0.0), (16, -3.0, 0.0), (64, -30.0, -10.0)):
-        log_a = _uniform(g, C, 3, lo=lo, hi=hi).float()
+        log_a = uniform(g, C, 3, lo=lo, hi=hi).float()
         where = f" at C = {C}" + (f" with log a in [{lo:g}, {hi:g}]" if lo < -5 else "")
-        got = tensor(call(fn, log_a.clone()), "D", (C, C, 3), complex_ok=False)
+        got = output(fn, (log_a,), "D", (C, C, 3), complex_ok=False)
         if lo < -5:
             _no_overflow(got, "D", where)
         if C > 1 and float(got[torch.ones(C, C, dtype=torch.bool).triu(1)].abs().max()) > 0:
@@ -85,17 +63,15 @@ def _check_06_1(answer):
                "h_out = diag(exp(g_(C-1))) h_in + (K * exp(g_(C-1) - g))^T V, with gates as sharp as log a = -80.",
           hint="Pad L to n*C with log a = 0 and k = v = 0 (they change no state); per chunk g = log_a[chunk].cumsum(0), "
                "store h, then h = exp(g[-1])[:, None] * h + (k[chunk] * exp(g[-1] - g)).T @ v[chunk].",
-          stub="def chunk_states(k, v, log_a, C):\n    ...          # your code here: return h_in, shape (n, dk, dv)\n\n"
-               "answer = chunk_states")
-def _check_06_2(answer):
-    fn = need_function(answer, "chunk_states(k, v, log_a, C) -> h_in")
+          signature="chunk_states(k, v, log_a, C) -> h_in", returns="h_in, shape (n, dk, dv)")
+def _check_06_2(fn):
     g = generator(62)
     for L, C, lo, hi in ((1, 4, -1.0, 0.0), (8, 8, -1.0, 0.0), (37, 8, -1.0, 0.0), (50, 16, -80.0, -40.0)):
         k, v = torch.randn(L, 3, generator=g, dtype=torch.float64), torch.randn(L, 2, generator=g, dtype=torch.float64)
-        log_a = _uniform(g, L, 3, lo=lo, hi=hi)
+        log_a = uniform(g, L, 3, lo=lo, hi=hi)
         n = -(-L // C)
         where = f" at L = {L}, C = {C}" + (f" with log a in [{lo:g}, {hi:g}]" if lo < -5 else "")
-        got = tensor(call(fn, k.clone(), v.clone(), log_a.clone(), C), "h_in", (n, 3, 2), complex_ok=False)
+        got = output(fn, (k, v, log_a, C), "h_in", (n, 3, 2), complex_ok=False)
         if lo < -5:
             _no_overflow(got, "h_in", where)
         want, leaving = _states_by_recurrence(k, v, log_a, C)
@@ -116,18 +92,16 @@ def _check_06_2(answer):
           hint="torch.log(a) is complex: cumsum it inside each chunk; A[i, j] = sum_d q_id k_jd exp(g_id - g_jd) for "
                "j <= i (mask the log with -inf before exp; torch.einsum('id,jd,ijd->ij', ...)); y = A v + "
                "(q * exp(g)) h_in; h = exp(g[-1])[:, None] * h + (k * exp(g[-1] - g)).T @ v.",
-          stub="def chunked(q, k, v, a, C):\n    ...          # your code here: return y, shape (L, dv)\n\n"
-               "answer = chunked")
-def _check_06_3(answer):
+          signature="chunked(q, k, v, a, C) -> y", returns="y, shape (L, dv)")
+def _check_06_3(fn):
     from seqlab.ops.gateloop import gateloop
 
-    fn = need_function(answer, "chunked(q, k, v, a, C) -> y")
     g = generator(63)
     for L, C, lo, hi in ((1, 4, 0.5, 1.0), (7, 16, 0.5, 1.0), (37, 8, 0.5, 1.0), (40, 16, 1e-30, 1e-20)):
-        q, k, v = _crandn(g, L, 3), _crandn(g, L, 3), _crandn(g, L, 2)
-        a = torch.polar(_uniform(g, L, 3, lo=lo, hi=hi), _uniform(g, L, 3, lo=-math.pi, hi=math.pi))
+        q, k, v = complex_randn(g, L, 3), complex_randn(g, L, 3), complex_randn(g, L, 2)
+        a = torch.polar(uniform(g, L, 3, lo=lo, hi=hi), uniform(g, L, 3, lo=-math.pi, hi=math.pi))
         where = f" at L = {L}, C = {C}" + (f" with |a| in [{lo:g}, {hi:g}]" if lo < 1e-3 else "")
-        got = tensor(call(fn, q.clone(), k.clone(), v.clone(), a.clone(), C), "y", (L, 2))
+        got = output(fn, (q, k, v, a, C), "y", (L, 2))
         if lo < 1e-3:
             _no_overflow(got, "y", where)
         first_nonfinite(got, "y", where)

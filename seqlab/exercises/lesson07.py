@@ -3,16 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from seqlab.exercises._core import (
-    Wrong,
-    call,
-    compare,
-    exercise,
-    generator,
-    need_function,
-    tensor,
-    whole_number,
-)
+from seqlab.exercises._core import Wrong, call, compare, exercise, generator, random_weights, tensor, whole_number
 
 
 def _unpack_step(out, B, H, dk, dv, where):
@@ -31,12 +22,10 @@ def _unpack_step(out, B, H, dk, dv, where):
                "already divided by s_t.",
           hint="log_s' = logaddexp(log_s, k_t); kv' = exp(log_s - log_s') kv + exp(k_t - log_s') v_t^T (per key "
                "channel); o_t = q_t^T kv'. The empty state is kv = 0, log_s = -inf.",
-          stub="def lightnet_step(q_t, k_t, v_t, state):\n    ...          # your code here: return o_t, (kv, log_s)\n\n"
-               "answer = lightnet_step")
-def _check_07_1(answer):
+          signature="lightnet_step(q_t, k_t, v_t, state) -> (o_t, (kv, log_s))", returns="o_t, (kv, log_s)")
+def _check_07_1(fn):
     from seqlab import ops
 
-    fn = need_function(answer, "lightnet_step(q_t, k_t, v_t, state) -> (o_t, (kv, log_s))")
     g = generator(61)
     B, H, L, dk, dv = 2, 2, 9, 3, 4
     for scale in (1.0, 400.0):
@@ -103,17 +92,13 @@ def _check_07_2(answer):
                "one model.prefill and then one model.step per new token (the argmax of the last logits).",
           hint="logits, state = model.prefill(prompt); the next token is logits[:, -1].argmax(-1); then "
                "logits_t, state = model.step(token, state) gives (B, vocab) logits for the one after.",
-          stub="def generate(model, prompt, n):\n    ...          # your code here: return tokens, shape (B, P + n)\n\n"
-               "answer = generate")
-def _check_07_3(answer):
+          signature="generate(model, prompt, n) -> tokens", returns="tokens, shape (B, P + n)")
+def _check_07_3(fn):
     from seqlab import models
 
-    fn = need_function(answer, "generate(model, prompt, n) -> tokens")
     torch.manual_seed(63)
     model = models.build("gateloop", vocab_size=11, d_model=16, n_layers=2, mode="recurrent").double().eval()
-    with torch.no_grad():
-        for prm in model.parameters():
-            prm.add_(0.3 * torch.randn_like(prm))     # random weights: no token is trivially likely
+    random_weights(model)                             # no token is trivially likely
     prompt = torch.randint(0, 11, (2, 5), generator=generator(63))
     n = 6
     with torch.no_grad():

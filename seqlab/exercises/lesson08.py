@@ -5,18 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from seqlab.exercises._core import (
-    Wrong,
-    call,
-    close,
-    compare,
-    exercise,
-    generator,
-    need_function,
-    short,
-    tensor,
-    whole_number,
-)
+from seqlab.exercises._core import (Wrong, call, chosen_names, close, compare, exercise, generator, need_function,
+                                    random_weights, short, tensor, whole_number)
 
 
 @exercise("08.1", title="MQAR labels from the tokens",
@@ -25,13 +15,11 @@ from seqlab.exercises._core import (
                "IGNORE (-100) everywhere else.",
           hint="the pairs are ids[b, 0::2] -> ids[b, 1::2] within the first 2 D tokens; the key-value region itself "
                "is never scored (seqlab.tasks.IGNORE = -100).",
-          stub="def mqar_labels(ids, num_kv_pairs):\n    ...          # your code here: return labels, shape (B, L)\n\n"
-               "answer = mqar_labels")
-def _check_08_1(answer):
+          signature="mqar_labels(ids, num_kv_pairs) -> labels", returns="labels, shape (B, L)")
+def _check_08_1(fn):
     from seqlab.tasks.base import IGNORE
     from seqlab.tasks.recall import mqar_rows
 
-    fn = need_function(answer, "mqar_labels(ids, num_kv_pairs) -> labels")
     rng = np.random.default_rng(71)
     for vocab, L, D in ((64, 32, 4), (20, 16, 2), (256, 64, 8)):
         ids, labels = mqar_rows(rng, 3, vocab, L, D, 0.01)
@@ -70,12 +58,11 @@ _EXCLUDED = ("embed.", "pos", "head.")
                "('pos') and the output head ('head.'), a complex parameter counting twice: what the arena matches.",
           hint="for name, p in model.named_parameters(): skip names that start with 'embed.', 'pos' or 'head.'; add "
                "p.numel() (twice if p.is_complex()).",
-          stub="def core(model):\n    ...          # your code here: return an int\n\nanswer = core")
-def _check_08_2(answer):
+          signature="core(model) -> int", returns="an int")
+def _check_08_2(fn):
     from seqlab import models
     from seqlab.experiments import arena
 
-    fn = need_function(answer, "core(model) -> int")
     for family in arena.FAMILIES:
         model = models.build(family, vocab_size=64, **arena.family_config(family, 16, 2))
         got = whole_number(call(fn, model), f"core({family} model)")
@@ -107,12 +94,7 @@ def _check_08_3(answer):
     from seqlab import models
     from seqlab.experiments import arena
 
-    if isinstance(answer, str) or not isinstance(answer, (set, frozenset, list, tuple)):
-        raise Wrong(f"expected a set of family names from {', '.join(arena.FAMILIES)}, got {answer!r}")
-    chosen = set(answer)
-    unknown = sorted(str(c) for c in chosen if c not in arena.FAMILIES)
-    if unknown:
-        raise Wrong(f"unknown family {unknown[0]!r}: choose from {', '.join(arena.FAMILIES)}")
+    chosen = chosen_names(answer, arena.FAMILIES, what="family names", one="family")
     sizes = {}
     for family in arena.FAMILIES:
         model = models.build(family, vocab_size=64, **arena.family_config(family, 16, 2))
@@ -241,10 +223,7 @@ def _built(name: str):
         raise Wrong(f"{name}: the model has no {', '.join(missing)}: build it as seqlab.models.decoding."
                     f"DecodingModel(...) of blocks that define forward, init_state, step and state_size")
     g = generator(841)
-    with torch.no_grad():                        # every weight moved off its initial value: no path is exact by luck
-        model = model.double().eval()
-        for p in model.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    model = random_weights(model.double().eval(), g)     # every weight moved off its initial value
     return model, torch.randint(0, 13, (2, 11), generator=g)
 
 

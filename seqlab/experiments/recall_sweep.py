@@ -1,4 +1,4 @@
-"""The recall sweep (issue #51): MQAR accuracy against state size, each linear family at several settings of the knob
+"""The recall sweep: MQAR accuracy against state size, each linear family at several settings of the knob
 that sets its state, at several numbers of key-value pairs, the Transformer as the reference at each (Zoology,
 arXiv 2312.04927, Fig. 2; Based, arXiv 2402.18668, Fig. 2: recall against state size as the pairs grow).
 
@@ -73,7 +73,7 @@ def code_version() -> dict:
     """``{"commit", "dirty"}``: the git commit of the code a sitting runs (read once, as the sitting starts) and whether
     ``seqlab/`` differed from it. A sweep runs over sessions while the code moves. Outside a git checkout (a copy of
     the tree on a lent machine): what ``$SEQLAB_CODE_VERSION`` says (JSON, written where the copy was made:
-    ``tools/sweep_device.py command``), else ``{}``."""
+    ``tools/recall_sweep.py device-command``), else ``{}``."""
     root = Path(__file__).resolve().parents[2]
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True,

@@ -360,12 +360,12 @@ def test_lesson_table_reads_the_medium_record_and_names_the_full_run(tmp_path, c
 
 def test_without_a_browser_a_claims_figure_is_its_plotly_json(tmp_path, monkeypatch, capsys):
     """No Chromium: the figure is written as JSON at once (kaleido alone would wait forever)."""
-    from seqlab.claims import run
+    from seqlab.claims import figures
     from seqlab.viz import nbstate
 
     monkeypatch.setattr(nbstate, "browser_found", lambda: False)
     record = json.loads((claims.RESULTS_DIR / "gateloop-memory-horizon.json").read_text())
-    assert run._save_figure(record, tmp_path) == "gateloop-memory-horizon.plotly.json"
+    assert figures.save_claim_figure(record, tmp_path) == "gateloop-memory-horizon.plotly.json"
     assert json.loads((tmp_path / "gateloop-memory-horizon.plotly.json").read_text())["data"]
     assert "apt-get install chromium" in capsys.readouterr().err
 

@@ -1,7 +1,8 @@
-"""The recall sweep (issue #51 items 3-4): every profile's plan spans at least 8x of state per linear family at one
-budget (or says where the budget moves), the tiny plan trains and records what a run and a cell must say, a second
-sitting trains nothing, a stopped sitting leaves a valid record that the next one completes, a run resumed from its
-checkpoint counts the seconds of every sitting, and each cell's rate search is the arena's."""
+"""The recall sweep: every profile's plan spans at least 8x of state per linear family at one budget (or says where
+the budget moves), the tiny plan trains and records what a run and a cell must say, a second sitting trains nothing, a
+stopped sitting leaves a valid record that the next one completes, a run resumed from its checkpoint counts the
+seconds of every sitting, and each cell's rate search is the arena's; and its tooling, ``tools/recall_sweep.py``
+(sittings on a lent machine, the step-budget probe, answers from kept weights, a snapshot staged for a commit)."""
 from __future__ import annotations
 
 import json
@@ -24,6 +25,18 @@ CELL_KEYS = ("family", "cell", "group", "knobs", "pairs", "d_model", "params", "
 @pytest.fixture(autouse=True)
 def _data_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("SEQLAB_DATA", str(tmp_path / "data"))
+
+
+def _sweep_tool():
+    """``tools/recall_sweep.py``, the sweep's tooling, imported as a module."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "tools" / "recall_sweep.py"
+    spec = importlib.util.spec_from_file_location("recall_sweep_tool", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
 
 
 @pytest.mark.parametrize("profile", ["quick", "medium", "full"])
@@ -223,15 +236,9 @@ def test_a_cell_that_names_its_pairs_runs_only_at_those_and_always_at_the_fewest
 
 
 def test_answers_added_from_the_kept_weights_are_the_ones_the_run_measured(tmp_path):
-    """``tools/sweep_answers.py`` gives runs recorded before the sweep measured its answers the same answers, read
-    from the final weights a sitting keeps; a run without its weights is listed, not guessed."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).parents[2] / "tools" / "sweep_answers.py"
-    spec = importlib.util.spec_from_file_location("sweep_answers", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    """``tools/recall_sweep.py answers`` gives runs recorded before the sweep measured its answers the same answers,
+    read from the final weights a sitting keeps; a run without its weights is listed, not guessed."""
+    tool = _sweep_tool()
     out, folder = tmp_path / "sweep.json", tmp_path / "runs"
     experiments.run(R.NAME, out=str(out), checkpoint_dir=str(folder), **TINY)
     data = json.loads(out.read_text())
@@ -239,34 +246,34 @@ def test_answers_added_from_the_kept_weights_are_the_ones_the_run_measured(tmp_p
     out.write_text(json.dumps(data))                                    # as a record from before the answers
     gone = sorted(folder.glob("*.pt"))[0]
     gone.unlink()
-    assert tool.main([str(out), str(folder)]) == 0
+    assert tool.main(["answers", str(out), str(folder)]) == 0
     after = json.loads(out.read_text())["runs"]
     kept = [r for r in after if "answers" in r]
     assert len(kept) == len(after) - 1 and all(r["answers"] == measured[P.run_key(r)] for r in kept)
     assert tool.answers_from_checkpoints(out, folder) == ({}, [f"{gone.stem}: no checkpoint"])
 
 
-def test_a_lent_machine_runs_sittings_on_a_copy_of_the_record_and_its_runs_merge_back(tmp_path):
-    """``tools/sweep_device.py``: sittings side by side, each on its own family and number of pairs, on a copy of the
-    record; the copy's new runs merge into the record once, by key."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).parents[2] / "tools" / "sweep_device.py"
-    spec = importlib.util.spec_from_file_location("sweep_device", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+def test_a_lent_machine_runs_sittings_on_a_copy_of_the_record_and_its_runs_merge_back(tmp_path, capsys):
+    """``tools/recall_sweep.py device-run``: sittings side by side, each on its own family and number of pairs, on a
+    copy of the record; ``device-merge``: the copy's new runs merge into the record once, by key; ``device-command``
+    says the first on the command line."""
+    tool = _sweep_tool()
     source, out = tmp_path / "recall-sweep-quick.json", tmp_path / "lent"
     source.write_text(json.dumps({"runs": []}))
     assert tool.parts(source, "quick")[:3] == [("transformer", 2), ("transformer", 4), ("gateloop", 2)]
-    assert tool.run(600, 2, out, profile="quick", source=source) == 0      # the two controls: one run each
+    assert tool.run_on_device(600, 2, out, profile="quick", source=source) == 0   # the two controls: one run each
     theirs = json.loads((out / source.name).read_text())["runs"]
     assert sorted((r["family"], r["pairs"]) for r in theirs) == [("transformer", 2), ("transformer", 4)]
     assert json.loads(source.read_text())["runs"] == [] and not (out / "weights").exists()
     assert {p.name for p in out.glob("sitting-*.log")} == {"sitting-0.log", "sitting-1.log"}
-    tool.merge(out / source.name, source)
-    tool.merge(out / source.name, source)                               # again: nothing twice
+    tool.merge_runs(out / source.name, source)
+    tool.merge_runs(out / source.name, source)                          # again: nothing twice
     assert [P.run_key(r) for r in json.loads(source.read_text())["runs"]] == [P.run_key(r) for r in theirs]
+    capsys.readouterr()
+    assert tool.main(["device-command", "--seconds", "60", "--sittings", "3"]) == 0
+    said = capsys.readouterr().out.strip()
+    assert said.startswith("SEQLAB_CODE_VERSION='{") and said.endswith(
+        "python3 tools/recall_sweep.py device-run --seconds 60 --sittings 3 --out \"$OUT\"")
 
 
 def test_outside_a_git_checkout_the_code_version_is_what_the_copy_was_told(monkeypatch, request):
@@ -284,15 +291,10 @@ def test_outside_a_git_checkout_the_code_version_is_what_the_copy_was_told(monke
 
 
 def test_the_step_budget_probe_trains_the_best_validated_cell_again_at_more_steps(tmp_path):
-    """``tools/sweep_steps_probe.py``: the family's finished cell with the highest mean validation accuracy at its
-    chosen rate, trained again at that rate, every seed, at twice the steps, into its own record; again: nothing."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).parents[2] / "tools" / "sweep_steps_probe.py"
-    spec = importlib.util.spec_from_file_location("sweep_steps_probe", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    """``tools/recall_sweep.py steps-probe``: the family's finished cell with the highest mean validation accuracy at
+    its chosen rate, trained again at that rate, every seed, at twice the steps, into its own record; again:
+    nothing."""
+    tool = _sweep_tool()
     record, out = tmp_path / "sweep.json", tmp_path / "steps.json"
     experiments.run(R.NAME, out=str(record), **TINY)                    # gateloop's three sizes, 2 steps each
     runs = json.loads(record.read_text())["runs"]
@@ -300,7 +302,8 @@ def test_the_step_budget_probe_trains_the_best_validated_cell_again_at_more_step
     best = max(r["validation_accuracy"] for r in gateloop)
     with pytest.raises(SystemExit, match="family: 'lrnn' has no finished cell at 2 pairs"):
         tool.choose(record, "lrnn", 2)
-    assert tool.main(["gateloop", "--pairs", "2", "--record", str(record), "--out", str(out), "--dry-run"]) == 0
+    assert tool.main(["steps-probe", "gateloop", "--pairs", "2", "--record", str(record), "--out", str(out),
+                      "--dry-run"]) == 0
     assert not out.exists()
     data = tool.probe("gateloop", pairs=2, record=record, out=out)
     chosen = next(r for r in gateloop if r["cell"] == data["probe"]["cell"])
@@ -310,23 +313,18 @@ def test_the_step_budget_probe_trains_the_best_validated_cell_again_at_more_step
         [(chosen["cell"], s, chosen["lr"], 4) for s in range(data["config"]["seeds"])]
     assert all(set(RUN_KEYS) <= set(r) for r in data["runs"])
     with pytest.raises(SystemExit, match="--factor: expected an integer of 2 or more, got 1"):
-        tool.main(["gateloop", "--factor", "1"])
+        tool.main(["steps-probe", "gateloop", "--factor", "1"])
     assert tool.probe("gateloop", pairs=2, record=record, out=out)["runs"] == data["runs"]
 
 
-def test_a_snapshot_with_the_lesson_executes_it_under_the_records_lock_and_stages_it(tmp_path, monkeypatch):
-    """``tools/sweep_snapshot.py --lesson``: lesson 08 reads the record, so it is executed while no sitting can add a
-    run (the record's lock held) and staged with the record and its page."""
-    import importlib.util
+def test_a_snapshot_with_the_lesson_executes_it_under_the_records_lock_and_stages_it(tmp_path, monkeypatch, capsys):
+    """``tools/recall_sweep.py snapshot --lesson``: lesson 08 reads the record, so it is executed while no sitting can
+    add a run (the record's lock held) and staged with the record and its page."""
     import sys
-    from pathlib import Path
 
     from filelock import FileLock, Timeout
 
-    path = Path(__file__).parents[2] / "tools" / "sweep_snapshot.py"
-    spec = importlib.util.spec_from_file_location("sweep_snapshot", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = _sweep_tool()
     (tmp_path / "results" / "arena").mkdir(parents=True)
     monkeypatch.setattr(tool, "ROOT", tmp_path)
     monkeypatch.setattr("seqlab.claims.run.write_summary", lambda results: None)
@@ -344,11 +342,12 @@ def test_a_snapshot_with_the_lesson_executes_it_under_the_records_lock_and_stage
         calls.append((cmd[1:3] if cmd[0] == sys.executable else cmd[:2], locked, cmd))
 
     monkeypatch.setattr(tool.subprocess, "run", run)
-    assert tool.main(["--lesson"]) == 0
+    assert tool.main(["snapshot", "--lesson"]) == 0
     (execute, held, _), (add, held_too, cmd) = calls
     assert execute == [str(tmp_path / "workbench.py"), "execute"] and held and add == ["git", "add"] and held_too
     assert cmd[-1] == str(tmp_path / "notebooks" / "08_arena.ipynb") and str(record) in cmd
     calls.clear()
-    assert tool.main([]) == 0 and [c[0] for c in calls] == [["git", "add"]]
-    with pytest.raises(SystemExit, match="usage: tools/sweep_snapshot.py"):
-        tool.main(["--lessons"])
+    assert tool.main(["snapshot"]) == 0 and [c[0] for c in calls] == [["git", "add"]]
+    with pytest.raises(SystemExit):
+        tool.main(["snapshot", "--lessons"])
+    assert "tools/recall_sweep.py: error: unrecognized arguments: --lessons" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""What the recall sweep's record says (issue #51 item 5): each family's threshold (the smallest state at which every
+"""What the recall sweep's record says: each family's threshold (the smallest state at which every
 seed recalls), the frontier, the effect of each addition against the same cell without it, the figure, and the
 section of the results page, all read from run records."""
 from __future__ import annotations

@@ -39,7 +39,7 @@ def test_lrnn_modes_match_unrolled_sum(L):
 
 @pytest.mark.parametrize("L", [7, 100, 1000])
 def test_doubling_equals_sequential_recurrence(L):
-    """The issue's criterion: Algorithm 1 (doubling) equals the step-by-step recurrence, fp32, odd lengths."""
+    """Algorithm 1 (doubling) equals the step-by-step recurrence, fp32, odd lengths."""
     layer = make_layer(4, 8)
     x = torch.randn(2, L, 4)
     seq = layer.states(x, mode="sequential")

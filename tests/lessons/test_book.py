@@ -6,7 +6,7 @@ loads with no failed request and no request off the disk (MathJax 3's fonts incl
 typeset by the shipped MathJax 3 and every figure drawn by the shipped plotly.js, its title clear of plotly's
 toolbar; no page logs a console error; the sidebar lists every lesson on every page; every widget still shows
 the widget's default (slider handle position and value); the search page finds a word of lesson 05 and shows an
-excerpt around it; long listings are folded."""
+excerpt around it, read as prose (no TeX, no lesson's navigation line); long listings are folded."""
 from __future__ import annotations
 
 import re
@@ -123,8 +123,83 @@ def test_the_book_refuses_to_overwrite_a_folder_that_is_not_a_book(tmp_path):
     assert (tmp_path / "mine.txt").read_text() == "keep me"
 
 
+def test_an_inline_equation_reads_as_plain_text_in_the_search_excerpts():
+    m = seqlab_book.math_as_text
+    assert m(r"\(|a|\)") == "|a|"
+    assert m(r"\(h_t = \operatorname{diag}(a_t)\, h_{t-1} + k_t^\top v_t\)") == "h_t = diag(a_t) h_(t-1) + k_tᵀ v_t"
+    assert m(r"\(O = \mathrm{Softmax}(QK^\top/\sqrt d)V\)") == "O = Softmax(QKᵀ/√d)V"
+    assert m(r"\(\lambda = \exp(-\exp(\nu) + i\exp(\theta))\)") == "λ = exp(-exp(ν) + i exp(θ))"
+    assert m(r"\[\mathbf y=\frac1n\sum_i f_\theta(\mathbf x_i)\]") == "y=1/n Σ_i f_θ(x_i)"
+    assert m(r"\(\frac{1}{\sqrt{d_k}} \le \lceil \log_2 L \rceil\)") == "1/(√(d_k)) ≤ ⌈ log_2 L ⌉"
+    assert m(r"\(\bar h_0, \{1, \dots, n\}\)") == "h\u0304_0, {1, …, n}"
+
+
+def test_the_search_excerpt_text_leaves_out_what_is_marked_no_search_and_writes_math_plainly():
+    """``_MainText`` (the text the search page cuts its excerpts from): a paragraph marked ``no-search`` (a lesson's
+    navigation line) and a display equation are left out; an inline equation is written as plain text."""
+    page = ('<html><body><header>theme</header><article role="main">\n<section id="one">\n'
+            '<h1>One<a class="headerlink" href="#one">#</a></h1>\n'
+            '<p class="seqlab-navigation no-search"><strong>Previous:</strong> <a href="05.html">05 · GateLoop</a> · '
+            '<strong>Next:</strong> none</p>\n'
+            '<p>A transition <span class="math notranslate nohighlight no-search">\\(|a| \\le 1\\)</span> keeps the '
+            'state bounded:</p>\n'
+            '<div class="math notranslate nohighlight no-search" id="equation-x">\\[h_t = a_t h_{t-1}\\]</div>\n'
+            '<p>and so on.</p>\n</section>\n</article></body></html>')
+    light = seqlab_book._MainText().main(page)
+    assert light.startswith('<div role="main">') and '<div id="one">' in light and "equation-x" not in light
+    text = " ".join(re.sub(r"<[^>]+>", " ", light).split())
+    assert text == "One A transition |a| ≤ 1 keeps the state bounded: and so on."
+
+
 def test_every_lesson_has_a_one_line_summary_for_the_front_page():
     assert sorted(seqlab_book.SUMMARIES) == sorted(p.stem[:2] for p in LESSONS)
+
+
+def _excerpt_texts(out: Path) -> dict[str, str]:
+    """The text the search page cuts its excerpts from (``_static/seqlab-search.js``), page by page, as Sphinx's
+    searchtools reads it (the ``textContent`` of the page's main content)."""
+    import html
+    import json
+
+    script = (out / "_static" / "seqlab-search.js").read_text(encoding="utf-8")
+    head = "window.SEQLAB_PAGE_TEXT = "
+    assert script.startswith(head)
+    pages = json.JSONDecoder().raw_decode(script, len(head))[0]
+    return {name: html.unescape(re.sub(r"<[^>]+>", "", text)) for name, text in pages.items()}
+
+
+def _tex_commands(nb_path: Path) -> set[str]:
+    """The TeX commands (``\\frac``, ``\\mathbf``...) a lesson's markdown writes inside its equations."""
+    nb = nbformat.read(nb_path, as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    return {cmd for math in re.findall(r"\$\$.+?\$\$|\$.+?\$", text, re.S)
+            for cmd in re.findall(r"\\([A-Za-z]{2,})", math)}
+
+
+def test_the_search_excerpts_read_as_prose_without_tex_or_the_navigation_line(site):
+    """Every lesson's excerpt text holds no TeX delimiter nor any TeX command its equations use, its inline
+    equations as plain text, and no navigation line ("Previous: ... · Next: ...", lesson 00's "Next: ..."), which
+    the page itself still shows; Sphinx's index holds neither TeX nor the navigation line's words."""
+    import json
+
+    out, _ = site
+    texts = _excerpt_texts(out)
+    index = (out / "searchindex.js").read_text(encoding="utf-8")
+    terms = json.loads(index[index.index("(") + 1:index.rindex(")")])["terms"]
+    for lesson in LESSONS:
+        text = texts[f"{lesson.stem}.html"]
+        assert len(text) > 2000, f"{lesson.name}: {len(text)} characters of excerpt text"
+        raw = [d for d in ("\\(", "\\)", "\\[", "\\]", "$$") if d in text]
+        assert not raw, f"{lesson.name}: TeX delimiters {raw} in the search excerpts"
+        commands = _tex_commands(lesson)
+        left = sorted({m for m in re.findall(r"\\([A-Za-z]{2,})", text) if m in commands})
+        assert not left, f"{lesson.name}: TeX commands {left} in the search excerpts"
+        assert "Previous:" not in text and "Next:" not in text, f"{lesson.name}: the navigation line is in the excerpts"
+        page = (out / f"{lesson.stem}.html").read_text(encoding="utf-8")
+        assert "seqlab-navigation" in page and "<strong>Next:</strong>" in page, f"{lesson.name}: no navigation line"
+    assert "h_t" in texts["06_chunkwise_parallel_form.html"]        # an inline equation, as plain text
+    for term in ("mathbf", "operatornam", "frac", "previou"):
+        assert term not in terms, f"the search index holds {term!r}"
 
 
 # ----------------------------------------------------------------------------- the site in a browser, offline
@@ -228,6 +303,8 @@ def test_the_search_page_finds_a_word_of_lesson_05_offline_with_an_excerpt(site,
         for href, excerpt in hits:
             # Sphinx cuts the excerpt around the word's stem ("associ" for "associative")
             assert word.lower()[:6] in excerpt.lower() and len(excerpt) > 60, f"{word}: {href} excerpt {excerpt!r}"
+            # prose: no TeX (lesson 06 showed \(|a|\)) and no navigation line (06's names lesson 05, GateLoop)
+            assert not re.search(r"\\[()\[\]]|\$\$|Previous:", excerpt), f"{word}: {href} excerpt {excerpt!r}"
     assert not asked and not failed and not errors, (asked, failed, errors)
 
 

@@ -251,7 +251,7 @@ RETRACTED = {
     "constant-size memory wins on speed of learning": "learning speed at a small budget is not capacity (lesson 07, §8)",
     "yet it learns neither recall task": "the Transformer solves both recall tasks at 3000 steps (lesson 08, §5g)",
     "One family learns the lookup at this budget": "three do: the two caches and LightNet (lesson 08, §5d)",
-    # issue #52's corrections
+    # lesson 06's overflow edge, corrected: -g_(C-1) = sigma C, not sigma (C - 1)
     "falls to $-\\sigma (C-1)$": "g_0 = log a_0 counts one step: -g_(C-1) = sigma C, the overflow edge (lesson 06, §3)",
     "one number, $\\sigma (C - 1)$": "as above",
     "as good until $\\sigma(C-1)$": "as above",
@@ -302,7 +302,7 @@ def test_gateloop_says_which_side_its_transition_acts_on():
 
 
 def test_lesson_08_derives_deltanets_chunkwise_form_and_checks_it_against_the_loop():
-    """Issue #52, item 3: right after §8b's delta rule, lesson 08 writes Yang et al.'s chunkwise (WY/UT) form with a
+    """Right after §8b's delta rule, lesson 08 writes Yang et al.'s chunkwise (WY/UT) form with a
     triangular solve, checks one chunk's WY product and the whole output against the loop in float64 (asserted,
     printed as bounds, compared by nbval), and times the two forms only in a cell nbval does not compare."""
     cells = json.loads((REPO / "notebooks" / "08_arena.ipynb").read_text(encoding="utf-8"))["cells"]
