@@ -529,7 +529,8 @@ def test(args: list[str]) -> int:
 
 
 def execute(args: list[str]) -> int:
-    """Re-execute lessons in place under the test environment (so nbval sees the same numbers), then
+    """Re-execute lessons in place under the test environment (so nbval sees the same numbers; as
+    ``jupyter nbconvert --execute --inplace`` does, with ``seqlab.viz.nbrun``), then
     drop the bulky widget state that plotly's FigureWidget leaves in the file and add a static PNG to
     every figure (``seqlab.viz.nbstate``: kaleido with the system's Chromium)."""
     if not args:
@@ -538,11 +539,8 @@ def execute(args: list[str]) -> int:
     py = ensure_environment()
     env = dict(test_environment(), SEQLAB_NO_TRITON="1")   # as nbval runs them (notebooks/conftest.py)
     for nb in args:
-        # A cell's timeout also bounds a stall seen here: after a cell whose interact() output nbclient mirrors into
-        # the Output widget (a comm message nbclient sends on the shell channel), nbclient sometimes misses the
-        # cell's reply until the timeout, then goes on without error. No quick-profile cell needs 5 minutes.
-        run([py, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--inplace",
-             "--ExecutePreprocessor.timeout=300", nb], cwd=ROOT, env=env)
+        # nbconvert --execute --inplace, without nbclient's Output-widget stall (seqlab.viz.nbrun says why)
+        run([py, "-m", "seqlab.viz.nbrun", "--timeout", "300", nb], cwd=ROOT, env=env)
         run([py, "-m", "seqlab.viz.nbstate", "--png", nb], cwd=ROOT, env=env)
         set_kernel_name(ROOT / nb)
     return 0
