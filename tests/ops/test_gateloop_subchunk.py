@@ -3,7 +3,11 @@ section 5: ``subchunk_attention``), forward and backward, in the CPU interpreter
 (eq. 7-8): real, real of either sign and complex transitions, lengths that end anywhere inside a sub-chunk or a
 chunk, heads of several (ragged) key / value tiles, an initial state, and gates so sharp (``log|a|`` from -50 to -20
 a step) that the chunk-wide factorisation ``(q e^g)(k e^-g)^T`` overflows. Their compilation for sm_80 / sm_90 and
-its registers: test_triton_spills.py."""
+its registers: test_triton_spills.py.
+
+The fast tier (``workbench.py test --quick``) runs the smallest case that reaches each branch: the launch routing,
+real and complex planes past a sub-chunk boundary, ragged key and value tiles, sharp gates, near resets, the
+additive decay over two chunks, bf16 products; the longer lengths and larger heads run in the full run (``slow``)."""
 import importlib
 import math
 
@@ -18,6 +22,7 @@ from test_gateloop import make_inputs, to64
 pytest.importorskip("triton")
 
 gl = importlib.import_module("seqlab.ops.gateloop.triton")
+SLOW = pytest.mark.slow
 
 
 @pytest.fixture(autouse=True)
@@ -78,8 +83,9 @@ def test_heads_of_16_and_more_take_chunks_of_64_and_the_subchunk_kernels(subchun
     assert sorted(set(subchunks) | {"subchunk_attention_kernel"}) == sorted(gl.SUBCHUNK_KERNELS)   # launched direct
 
 
-@pytest.mark.parametrize("L,kind", [(1, "complex"), (15, "real"), (17, "complex"), (63, "real_negative"),
-                                    (65, "complex"), (100, "real")])
+@pytest.mark.parametrize("L,kind", [pytest.param(1, "complex", marks=SLOW), (15, "real"), (17, "complex"),
+                                    pytest.param(63, "real_negative", marks=SLOW),
+                                    pytest.param(65, "complex", marks=SLOW), pytest.param(100, "real", marks=SLOW)])
 def test_forward_and_backward_match_float64_recurrence(L, kind):
     """Lengths inside the first sub-chunk (1, 15), past it (17), one short of a chunk (63), one past it (65), and
     a second chunk ending inside its third sub-chunk (100); an initial state; the final state's gradient too."""
@@ -89,12 +95,13 @@ def test_forward_and_backward_match_float64_recurrence(L, kind):
     check_against_recurrence(q, k, v, a, f"sub-chunks L={L} {kind}")
 
 
-@pytest.mark.parametrize("dk,dv,kind", [(20, 33, "complex"), (33, 17, "real")])
-def test_heads_of_several_ragged_tiles(dk, dv, kind):
-    q, k, v, a = make_inputs(1, 1, 70, dk, dv, complex_=kind == "complex")
+@pytest.mark.parametrize("L,dk,dv,kind", [(20, 20, 17, "real"), pytest.param(70, 20, 33, "complex", marks=SLOW),
+                                          pytest.param(70, 33, 17, "real", marks=SLOW)])
+def test_heads_of_several_ragged_tiles(L, dk, dv, kind):
+    q, k, v, a = make_inputs(1, 1, L, dk, dv, complex_=kind == "complex")
     if kind == "real":
         a = a.abs()
-    check_against_recurrence(q, k, v, a, f"sub-chunks dk={dk} dv={dv} {kind}")
+    check_against_recurrence(q, k, v, a, f"sub-chunks L={L} dk={dk} dv={dv} {kind}")
 
 
 def chunk_wide_attention(q, k, log_a, C=64):
@@ -145,7 +152,8 @@ def check_log_against_recurrence(q, k, v, log_a, phase, what, tol=1e-5):
             check(g, r, tol, f"{what}: grad {name}")
 
 
-@pytest.mark.parametrize("L,kind", [(65, "complex"), (100, "real")])
+@pytest.mark.parametrize("L,kind", [(40, "complex"), pytest.param(65, "complex", marks=SLOW),
+                                    pytest.param(100, "real", marks=SLOW)])
 def test_sharp_gates_overflow_the_chunk_wide_form_but_not_the_subchunks(L, kind):
     """``log|a|`` from -50 to -20 a step on half the key channels: ``e^-g`` reaches ``e^1000`` within a chunk, far
     past float32's range (88.7) and float64's (709.8): the chunk-wide factorised ``A`` is inf or NaN. The sub-chunk
@@ -153,7 +161,7 @@ def test_sharp_gates_overflow_the_chunk_wide_form_but_not_the_subchunks(L, kind)
     included."""
     q, k, v, a = sharp_inputs(L, 16, 16, complex_=kind == "complex")
     log_a = a.abs().log()
-    assert -log_a[..., :64, :].sum(-2).min() > math.log(torch.finfo(torch.float64).max)
+    assert -log_a[..., :64, :].sum(-2).min() > math.log(torch.finfo(torch.float64).max)   # 40 steps of >= 20
     for dtype in (torch.float32, torch.float64):
         qq, kk = (t.real.to(dtype) for t in (q, k))
         A = chunk_wide_attention(qq, kk, log_a.to(dtype))
@@ -164,10 +172,11 @@ def test_sharp_gates_overflow_the_chunk_wide_form_but_not_the_subchunks(L, kind)
         check_against_recurrence(q, k, v, a, f"sharp gates L={L} {kind}, gradient of a")
 
 
-def test_sharp_gates_every_channel_near_resets():
+@pytest.mark.parametrize("L", [20, pytest.param(80, marks=SLOW)])
+def test_sharp_gates_every_channel_near_resets(L):
     """Every channel at ``log|a|`` -50 .. -20 (each step all but forgets the past), complex: nothing overflows or
     turns NaN, forward or backward, and every gradient matches the float64 recurrence's."""
-    q, k, v, a = make_inputs(1, 2, 80, 16, 16, complex_=True)
+    q, k, v, a = make_inputs(1, 2, L, 16, 16, complex_=True)
     log_a = torch.empty(a.shape).uniform_(-50.0, -20.0)
     check_log_against_recurrence(q, k, v, log_a, torch.angle(a), "near resets")
 
