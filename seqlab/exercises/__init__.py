@@ -27,6 +27,10 @@ in :mod:`seqlab.exercises.solutions` (``solution(id)``), never in the lessons.
 """
 from seqlab.exercises import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08  # noqa: F401
 from seqlab.exercises._core import check, get, hint, ids, list_exercises, notebook_cells
+from seqlab.exercises._core import texts as _texts
+
+if set(_texts()) != set(ids()):     # every table of texts.toml has its checker (the reverse: @exercise says so)
+    raise ImportError(f"texts.toml has exercises with no checker: {sorted(set(_texts()) - set(ids()))}")
 
 list = list_exercises          # exercises.list(lesson): [(id, task), ...]
 

@@ -1,10 +1,14 @@
 """The exercise framework: a registry of small tasks, each with a checker that says what is wrong.
 
-A checker takes the learner's answer and either returns the one-line reason it is right, or raises
-:class:`Wrong` with what is wrong (a shape, the first position that differs, a property that fails).
-``check`` wraps it: the untouched answer ``...`` (and a function stub whose body is ``...``) is
+A checker takes the learner's answer and either returns the one-line reason it is right (nothing, where that line is
+fixed text), or raises :class:`Wrong` with what is wrong (a shape, the first position that differs, a property that
+fails). ``check`` wraps it: the untouched answer ``...`` (and a function stub whose body is ``...``) is
 "not answered yet", never an error, so a lesson with untouched exercise cells runs top to bottom and
 prints the same text every time (nbval compares it).
+
+What the learner reads (title, task, hint, the starting code, a fixed success line) is data, in ``texts.toml`` beside
+this file, one table per exercise id; a lesson's module holds only its checkers: ``@exercise("02.1")`` registers one
+with the texts of "02.1".
 
 Every check runs in float64 (complex128 for complex inputs) on inputs drawn from a generator seeded
 per exercise, inside ``torch.random.fork_rng``: the output is deterministic and the caller's random
@@ -14,8 +18,11 @@ from __future__ import annotations
 
 import builtins
 import math
+import tomllib
 from dataclasses import dataclass
-from typing import Any, Callable
+from functools import cache
+from importlib import resources
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -43,7 +50,8 @@ class Exercise:
     task: str                     # the task in one line
     hint: str                     # one line, printed while the cell is untouched
     stub: str                     # the code the learner starts from (before the check line)
-    checker: Callable[[Any], str]
+    checker: Callable[[Any], str | None]
+    correct: str | None = None    # the success line where the checker returns none of its own
 
     @property
     def lesson(self) -> str:
@@ -58,18 +66,32 @@ class Exercise:
         return int(self.id.replace(".", ""))       # "05.2" -> 52: one fixed stream per exercise
 
 
-def exercise(id: str, *, title: str, task: str, hint: str, stub: str | None = None, signature: str | None = None,
-             returns: str | None = None):
-    """Decorator registering ``checker(answer) -> reason it is right`` under ``id``.
+@cache
+def texts() -> dict[str, dict[str, str]]:
+    """``{id: {"title": ..., "task": ..., "hint": ..., ...}}``, read from ``texts.toml`` (see its head)."""
+    return tomllib.loads(resources.files(__package__).joinpath("texts.toml").read_text(encoding="utf-8"))
 
-    An exercise whose answer is a function gives its ``signature`` (``"reduce(p, q) -> r"``) and what it ``returns``
-    (``"r, shape (B, L, H)"``) instead of a ``stub``: the learner starts from :func:`function_stub`, an answer that is
-    no function is ``Wrong`` (naming the signature), and the checker is given the function."""
+
+def exercise(id: str):
+    """Decorator registering ``checker(answer)`` under ``id``, with the texts of ``id`` in ``texts.toml``.
+
+    The checker returns the one-line reason the answer is right, or nothing where that line is the exercise's fixed
+    ``correct`` text. An exercise whose answer is a function gives its ``signature`` (``"reduce(p, q) -> r"``) and
+    what it ``returns`` (``"r, shape (B, L, H)"``) instead of a ``stub``: the learner starts from
+    :func:`function_stub`, an answer that is no function is ``Wrong`` (naming the signature), and the checker is
+    given the function."""
+    text = texts().get(id, {})
+    starts = {"stub"} if "stub" in text else {"signature", "returns"}
+    if set(text) - {"correct"} != {"title", "task", "hint"} | starts:
+        raise ValueError(f"texts.toml: [\"{id}\"] needs title, task, hint, then a stub or a signature and returns, "
+                         f"and may give correct; it has {sorted(text)}")
+    signature = text.get("signature")
+
     def wrap(fn):
         checker = fn if signature is None else given_a_function(fn, signature)
-        code = stub if signature is None else function_stub(signature, returns)
-        _REGISTRY.register(id, Exercise(id=id, title=title, task=task, hint=hint, stub=code.strip("\n"),
-                                        checker=checker))
+        code = text["stub"] if signature is None else function_stub(signature, text["returns"])
+        _REGISTRY.register(id, Exercise(id=id, title=text["title"], task=text["task"], hint=text["hint"],
+                                        stub=code.strip("\n"), checker=checker, correct=text.get("correct")))
         return fn
     return wrap
 
@@ -141,7 +163,9 @@ def check(exercise_id: str, answer) -> bool:
         except Exception as err:                       # a checker must never leave a traceback in a lesson
             print(f"{head}: not yet — checking your answer raised {type(err).__name__}: {short(err)}")
             return False
-    print(f"{head}: correct — {reason}")
+    if reason is None and ex.correct is None:
+        raise RuntimeError(f"the checker of {ex.id} returned no reason and texts.toml gives it no 'correct' line")
+    print(f"{head}: correct — {ex.correct if reason is None else reason}")
     return True
 
 
@@ -282,6 +306,20 @@ def real_number(answer, name: str) -> float:
 
 def generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
+
+
+def seeded(seed: int, cases: Iterable) -> Iterator[tuple[torch.Generator, Any]]:
+    """``(g, case)`` for each case of a checker's loop, all inputs drawn from the one generator ``g`` seeded with
+    ``seed``: the same inputs on every run, whatever the caller's random state."""
+    g = generator(seed)
+    for case in cases:
+        yield g, case
+
+
+def at_lengths(seed: int, lengths: Iterable[int]) -> Iterator[tuple[torch.Generator, int, str]]:
+    """``(g, L, where)`` for each length ``L`` (:func:`seeded`); ``where`` is ``" at L = <L>"``, for the messages."""
+    for g, L in seeded(seed, lengths):
+        yield g, L, f" at L = {L}"
 
 
 def uniform(g: torch.Generator, *shape, lo: float, hi: float) -> torch.Tensor:

@@ -1,32 +1,29 @@
 """Lesson 02 · The unrolled linear recurrence: the loop, the LRU's eigenvalue, and an associative scan broken on
-purpose."""
+purpose.
+
+The checkers only: what the learner reads (title, task, hint, starting code, and the success line where a checker
+returns none) is in texts.toml.
+"""
 from __future__ import annotations
 
 import math
 
 import torch
 
-from seqlab.exercises._core import (Wrong, call, close, compare, complex_randn, exercise, fmt, generator, output,
-                                    pair, real_number, tensor, transitions)
+from seqlab.exercises._core import (Wrong, at_lengths, call, close, compare, complex_randn, exercise, fmt, generator,
+                                    output, pair, real_number, tensor, transitions)
 
 
 def _complex_inputs(g, B, L, D):
     return transitions(g, B, L, D, lo=0.5, hi=1.0), complex_randn(g, B, L, D), complex_randn(g, B, D)
 
 
-@exercise("02.1", title="The scan as a loop",
-          task="Write the sequential scan h_t = a_t h_{t-1} + x_t for complex a, x: (B, L, D) from h0: (B, D); "
-               "return h_1 .. h_L, shape (B, L, D).",
-          hint="h = h0; for t in range(L): h = a[:, t] * h + x[:, t], and keep every h (torch.stack(..., dim=1)); "
-               "no conjugation anywhere.",
-          signature="scan(a, x, h0) -> h", returns="h, shape (B, L, D)")
+@exercise("02.1")
 def _check_02_1(fn):
     from seqlab.ops import linear_scan_reference
 
-    g = generator(21)
-    for L in (1, 4, 17):
+    for g, L, where in at_lengths(21, (1, 4, 17)):
         a, x, h0 = _complex_inputs(g, 2, L, 3)
-        where = f" at L = {L}"
         got = output(fn, (a, x, h0), "h", (2, L, 3))
         want = linear_scan_reference(a, x, h0)
         if close(got, want, 1e-12):
@@ -39,15 +36,9 @@ def _check_02_1(fn):
             raise Wrong(f"your scan ignores h0{where}: start from h = h0, not from zero")
         compare(got, want, 1e-12, name="h", against="ops.linear_scan_reference(a, x, h0)",
                 axes="(batch, t, channel)", where=where)
-    return ("equal to ops.linear_scan_reference at L = 1, 4, 17 (complex128, relative error <= 1e-12): "
-            "one step per token, O(L) sequential work; every other mode of linear_scan computes these numbers.")
 
 
-@exercise("02.2", title="Design an eigenvalue",
-          task="Choose (nu, theta) so that lam = lru_lambda(nu, theta) gives an impulse response that decays to 1/e "
-               "in 50 steps and turns once every 10 steps: answer = (nu, theta).",
-          hint="|lam| = exp(-exp(nu)) and arg lam = exp(theta): solve |lam|^50 = 1/e and 10 * arg lam = 2 pi.",
-          stub="answer = ...          # (nu, theta), two real numbers")
+@exercise("02.2")
 def _check_02_2(answer):
     from seqlab.ops import linear_scan, lru_lambda
 
@@ -92,12 +83,7 @@ def _fold(combine, a, x):
     return torch.stack(out)
 
 
-@exercise("02.3", title="Break the parallel scan on purpose",
-          task="Write a combine(p, q) on pairs p = (a1, x1), q = (a2, x2) whose left fold still gives h_t = a_t h_{t-1} "
-               "+ x_t, but whose tree-shaped (parallel) scan does not: a non-associative operator.",
-          hint="the left fold never reads the first component of its running pair; eq. 13 is (a1 a2, a2 x1 + x2), so "
-               "change only the first component.",
-          signature="combine(p, q) -> (a, x)", returns="(a, x)")
+@exercise("02.3")
 def _check_02_3(fn):
     from seqlab.ops import linear_scan_reference
 

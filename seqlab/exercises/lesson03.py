@@ -1,10 +1,14 @@
-"""Lesson 03 · LRNN and the Feature-Sequence Twist: the layer by hand, the block by hand, the causal masks."""
+"""Lesson 03 · LRNN and the Feature-Sequence Twist: the layer by hand, the block by hand, the causal masks.
+
+The checkers only: what the learner reads (title, task, hint, starting code, and the success line where a checker
+returns none) is in texts.toml.
+"""
 from __future__ import annotations
 
 import torch
 
-from seqlab.exercises._core import (Wrong, call, chosen_names, close, compare, exercise, generator, random_weights,
-                                    tensor)
+from seqlab.exercises._core import (Wrong, at_lengths, call, chosen_names, close, compare, exercise, generator,
+                                    random_weights, tensor)
 
 
 def _lrnn(seed: int):
@@ -18,19 +22,13 @@ def _lrnn(seed: int):
     return lrnn
 
 
-@exercise("03.1", title="The LRNN layer by hand",
-          task="Recompute a layers.LRNN forward with a loop: h_t = lam * h_{t-1} + x_t @ W from h_0, with lam = "
-               "lrnn.lam(), W = lrnn.input_weight(), h_0 = lrnn.h0(); return y = Re(h), shape (B, L, d_state).",
-          hint="h = lrnn.h0().expand(B, -1); each step h = lam * h + x[:, t].to(W.dtype) @ W; keep h.real.",
-          signature="lrnn_forward(lrnn, x) -> y", returns="y, shape (B, L, d_state)")
+@exercise("03.1")
 def _check_03_1(fn):
     from seqlab import ops
 
     lrnn = _lrnn(31)
-    g = generator(31)
-    for L in (1, 5, 23):
+    for g, L, where in at_lengths(31, (1, 5, 23)):
         x = torch.randn(2, L, 3, generator=g, dtype=torch.float64)
-        where = f" at L = {L}"
         with torch.no_grad():
             want = lrnn(x)
             out = call(fn, lrnn, x.clone())
@@ -47,16 +45,9 @@ def _check_03_1(fn):
             if close(got, with_h0.abs(), 1e-8):
                 raise Wrong(f"you returned |h|{where}: the output is the real part Re(h)")
         compare(got, want, 1e-10, name="y", against="lrnn(x)", axes="(batch, t, state)", where=where)
-    return ("equal to lrnn(x) at L = 1, 5, 23 (float64, relative error <= 1e-10): one complex scalar recurrence per "
-            "channel from the trained h_0, read out as Re(h); the layer computes the same states with linear_scan.")
 
 
-@exercise("03.2", title="The FST block by hand",
-          task="Recompute an FSTBlock from its parts: x1 = (1 - a1) x + a1 mlp1(lrnn1(norm1(x))), then x2 = (1 - a2) x1 "
-               "+ a2 [mlp2(lrnn2(norm2(x1)^T))]^T, the twist transposing (B, L, D) <-> (B, D, L).",
-          hint="a1, a2 = block.alpha1, block.alpha2; transpose with .transpose(1, 2) before lrnn2 and back after mlp2; "
-               "the second residual starts from x1, not x.",
-          signature="fst_block(block, x) -> x2", returns="x2, shape (B, L, D)")
+@exercise("03.2")
 def _check_03_2(fn):
     from seqlab.layers import FSTBlock
 
@@ -82,8 +73,6 @@ def _check_03_2(fn):
         if close(got, (1 - a2) * x1 + a2 * block.mlp2(block.lrnn2(x1.transpose(1, 2))).transpose(1, 2), 1e-8):
             raise Wrong("you skipped norm2: the twisted half normalises each position (over its features) first")
     compare(got, want, 1e-10, name="x2", against="block(x)", axes="(batch, position, feature)")
-    return ("equal to block(x) (float64, relative error <= 1e-10): LRNN 1 runs along the 10 positions with state D, "
-            "LRNN 2 along the 6 features with state L = 10, the positions as its channels.")
 
 
 _PARTS = ("lrnn1.W_in", "mlp1", "norm2", "lrnn2.W_in", "lrnn2.lambda", "mlp2")
@@ -120,12 +109,7 @@ def _leak(parts_unmasked) -> float:
         return float((lm(changed)[:, 0] - lm(tokens)[:, 0]).abs().max())
 
 
-@exercise("03.3", title="Which weights make the twist causal?",
-          task="Predict which parts of an FST block must be masked lower-triangular in position to make it causal: "
-               "answer = a set of names from 'lrnn1.W_in', 'mlp1', 'norm2', 'lrnn2.W_in', 'lrnn2.lambda', 'mlp2'.",
-          hint="only a map whose inputs or outputs are indexed by position can move information from a later token to "
-               "an earlier one; in the twisted half the positions are the channels.",
-          stub="answer = ...          # a set of names, e.g. {'mlp1'}")
+@exercise("03.3")
 def _check_03_3(answer):
     chosen = chosen_names(answer, _PARTS)
     needed = {"lrnn2.W_in", "mlp2"}

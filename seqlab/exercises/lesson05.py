@@ -1,24 +1,21 @@
-"""Lesson 05 · GateLoop: the surrogate attention built stably, the gradient of the scan, a reset designed by hand."""
+"""Lesson 05 · GateLoop: the surrogate attention built stably, the gradient of the scan, a reset designed by hand.
+
+The checkers only: what the learner reads (title, task, hint, starting code, and the success line where a checker
+returns none) is in texts.toml.
+"""
 from __future__ import annotations
 
 import torch
 
-from seqlab.exercises._core import (Wrong, close, compare, complex_randn, exercise, first_above_diagonal, fmt,
-                                    generator, output, refuse_nonfinite, tensor, transitions)
+from seqlab.exercises._core import (Wrong, at_lengths, close, compare, complex_randn, exercise, first_above_diagonal,
+                                    fmt, output, refuse_nonfinite, seeded, tensor, transitions)
 
 
-@exercise("05.1", title="The surrogate attention, stably",
-          task="Build GateLoop's masked surrogate attention A[n, m] = sum_d q_nd k_md prod_{j=m+1..n} a_jd (m <= n, 0 "
-               "above the diagonal) from q, k, a: (L, d) complex, finite at L = 600 where the prefix product "
-               "underflows.",
-          hint="log a is complex (log|a| + i arg a): take its cumsum G, the differences G_n - G_m, set m > n to -inf "
-               "with torch.where before exp, then torch.einsum('nd,md,nmd->nm', q, k, decay).",
-          signature="surrogate(q, k, a) -> A", returns="A, shape (L, L)")
+@exercise("05.1")
 def _check_05_1(fn):
     from seqlab.ops import gateloop_attention_matrix
 
-    g = generator(51)
-    for L, lo, hi in ((1, 0.5, 1.0), (6, 0.5, 1.0), (20, 0.5, 1.0), (600, 0.05, 0.5)):
+    for g, (L, lo, hi) in seeded(51, ((1, 0.5, 1.0), (6, 0.5, 1.0), (20, 0.5, 1.0), (600, 0.05, 0.5))):
         q, k = complex_randn(g, L, 2), complex_randn(g, L, 2)
         a = transitions(g, L, 2, lo=lo, hi=hi)
         where = f" at L = {L}" + (f" with |a| in [{lo}, {hi}]" if L > 100 else "")
@@ -34,24 +31,15 @@ def _check_05_1(fn):
             raise Wrong(f"A is conjugated{where}: GateLoop's k_n^T v_n and q_n S_n have no conjugation")
         compare(got, want, 1e-9, name="A", against="ops.gateloop_attention_matrix", axes="(query n, key m)",
                 where=where)
-    return ("equal to ops.gateloop_attention_matrix (relative error <= 1e-9), at L = 600 too, where the literal "
-            "Q pi, K / pi form of eq. 18-19 gives 0 * inf: relative decays from differences of logs never overflow.")
 
 
-@exercise("05.2", title="The gradient of the scan",
-          task="For h_t = a_t h_(t-1) + x_t (h_0 = 0; a, x: (L, D) real) and loss = sum_t w_t * h_t, return "
-               "d loss / d a_t, shape (L, D), without autograd (the checker compares with autograd).",
-          hint="g_t = d loss / d h_t obeys g_t = w_t + a_(t+1) g_(t+1) (a scan run backwards); a_t multiplies h_(t-1), "
-               "so d loss / d a_t = g_t h_(t-1).",
-          signature="grad_a(a, x, w) -> d loss / d a", returns="d loss / d a, shape (L, D)")
+@exercise("05.2")
 def _check_05_2(fn):
     from seqlab.ops import linear_scan_reference
 
-    g = generator(52)
-    for L in (1, 4, 19):
+    for g, L, where in at_lengths(52, (1, 4, 19)):
         a = 0.3 + 0.7 * torch.rand(L, 3, generator=g, dtype=torch.float64)
         x, w = (torch.randn(L, 3, generator=g, dtype=torch.float64) for _ in range(2))
-        where = f" at L = {L}"
         got = output(fn, (a, x, w), "d loss / d a", (L, 3), complex_ok=False)
         with torch.enable_grad():
             a_ = a.clone().requires_grad_()
@@ -70,17 +58,9 @@ def _check_05_2(fn):
                         f"g_t = w_t + a_(t+1) g_(t+1), a reverse scan")
         compare(got, want, 1e-10, name="d loss / d a", against="autograd through ops.linear_scan_reference",
                 axes="(t, channel)", where=where)
-    return ("equal to autograd (relative error <= 1e-10) at L = 1, 4, 19: the backward of a linear scan is itself a "
-            "linear scan run in reverse, which is how every fast mode of linear_scan computes its gradient.")
 
 
-@exercise("05.3", title="Design a reset",
-          task="Choose transitions a: (24,), |a_n| <= 1, so that in the surrogate attention with q = k = 1 every row "
-               "n >= 12 ignores the keys m < 12 (|A| < 1e-6) while |A[n, m]| >= 0.5 whenever n and m lie on the "
-               "same side of 12 and 0 < n - m <= 5.",
-          hint="A[n, m] = a_(m+1) ... a_n: a transition near 0 at one position cuts every product that crosses it; "
-               "elsewhere |a|^5 >= 0.5 needs |a| >= 0.871.",
-          stub="answer = ...          # a tensor of 24 transitions")
+@exercise("05.3")
 def _check_05_3(answer):
     from seqlab.ops import gateloop_attention_matrix
 

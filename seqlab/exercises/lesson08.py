@@ -1,21 +1,19 @@
 """Lesson 08 · The arena: MQAR labels from the tokens, the parameters that are matched, which states grow, and the
-capstone: the delta rule as a new family, through the decoding protocol and into the arena."""
+capstone: the delta rule as a new family, through the decoding protocol and into the arena.
+
+The checkers only: what the learner reads (title, task, hint, starting code, and the success line where a checker
+returns none) is in texts.toml.
+"""
 from __future__ import annotations
 
 import numpy as np
 import torch
 
 from seqlab.exercises._core import (Wrong, call, chosen_names, close, compare, exercise, generator, need_function,
-                                    random_weights, short, tensor, whole_number)
+                                    random_weights, seeded, short, tensor, whole_number)
 
 
-@exercise("08.1", title="MQAR labels from the tokens",
-          task="Compute MQAR labels from the tokens alone: mqar_labels(ids, num_kv_pairs) for ids: (B, L) returns (B, L) "
-               "labels, the value paired with a key wherever that key comes back after the first 2 D tokens, "
-               "IGNORE (-100) everywhere else.",
-          hint="the pairs are ids[b, 0::2] -> ids[b, 1::2] within the first 2 D tokens; the key-value region itself "
-               "is never scored (seqlab.tasks.IGNORE = -100).",
-          signature="mqar_labels(ids, num_kv_pairs) -> labels", returns="labels, shape (B, L)")
+@exercise("08.1")
 def _check_08_1(fn):
     from seqlab.tasks.base import IGNORE
     from seqlab.tasks.recall import mqar_rows
@@ -46,19 +44,12 @@ def _check_08_1(fn):
         shown = int((ids[b, : 2 * D: 2] == tok).nonzero()[0]) * 2
         raise Wrong(f"{case} holds key {tok}, shown with value {int(ids[b, shown + 1])} at position {shown + 1}: "
                     f"expected {w_}, you gave {g_}")
-    return ("your labels equal the generator's on 9 sequences of three layouts: a label is a function of the tokens "
-            "alone (the filler never repeats a key), so a model that could look back perfectly would score 100%.")
 
 
 _EXCLUDED = ("embed.", "pos", "head.")
 
 
-@exercise("08.2", title="What does 'the same size' count?",
-          task="Write core(model): the number of parameters outside the token embedding ('embed.'), the position table "
-               "('pos') and the output head ('head.'), a complex parameter counting twice: what the arena matches.",
-          hint="for name, p in model.named_parameters(): skip names that start with 'embed.', 'pos' or 'head.'; add "
-               "p.numel() (twice if p.is_complex()).",
-          signature="core(model) -> int", returns="an int")
+@exercise("08.2")
 def _check_08_2(fn):
     from seqlab import models
     from seqlab.experiments import arena
@@ -80,16 +71,9 @@ def _check_08_2(fn):
             if n and got == want + n:
                 raise Wrong(f"{family}: you counted '{prefix}' ({n} parameters) too; expected {want}")
         raise Wrong(f"{family}: you counted {got}, expected {want} (arena.core_parameters)")
-    return ("equal to arena.core_parameters for all seven families: the budget the arena matches by d_model, so "
-            "a large vocabulary or a long learned position table cannot buy a family a better mixer.")
 
 
-@exercise("08.3", title="Whose state grows with the length?",
-          task="Predict which of the seven arena families hold a state that grows with the number of tokens read: "
-               "answer = a set of names from arena.FAMILIES.",
-          hint="look at what token t adds (lesson 07 §2, lesson 08 §3): a cache appends, a recurrence overwrites a "
-               "fixed h; verify with model.state_size(t).",
-          stub="answer = ...          # a set of family names, e.g. {'lrnn'}")
+@exercise("08.3")
 def _check_08_3(answer):
     from seqlab import models
     from seqlab.experiments import arena
@@ -185,9 +169,8 @@ def _mixer_output(out, B, H, L, dk, dv, where):
 def _check_mixer(fn) -> None:
     """The learner's delta_rule against :func:`_delta_reference` (float64, 1e-10), from a zero state and from a
     random one, at lengths 13 and 1; a known mistake is named."""
-    g = generator(84)
     B, H, dk, dv = 2, 3, 4, 5
-    for L, zero in ((13, True), (13, False), (1, False)):
+    for g, (L, zero) in seeded(84, ((13, True), (13, False), (1, False))):
         q, k, v, beta, S0 = _mixer_inputs(g, B, H, L, dk, dv)
         S0 = torch.zeros_like(S0) if zero else S0
         where = f" (L = {L}, {'a zero' if zero else 'a random'} initial state)"
@@ -279,22 +262,7 @@ def _enter_arena(name: str) -> dict:
     return result["runs"][0]
 
 
-@exercise("08.4", title="Capstone: the delta rule as a new family",
-          task="Write delta_rule(q, k, v, beta, S) -> (o, S), the DeltaNet recurrence of §8 (q, k: (B, H, L, dk), v: "
-               "(B, H, L, dv), beta: (B, H, L), S: (B, H, dv, dk)); a block and a builder that use it; register the "
-               "family as 'deltanet' and answer (delta_rule, 'deltanet'): the checker runs the decoding protocol "
-               "and the arena on it.",
-          hint="normalise q and k over dk; per token: S = S - beta_t (S k_t - v_t) k_t^T, then o_t = S q_t. The block: "
-               "LayerNorm, one Linear to q, k, v, beta = sigmoid(Linear(x)) per head, delta_rule, an output Linear, "
-               "the residual; prefill(x, S) runs delta_rule from S, step(x_t, S) is prefill of one token; build a "
-               "seqlab.models.decoding.DecodingModel of those blocks.",
-          stub="import torch\nimport torch.nn as nn\n\nfrom seqlab import models\nfrom seqlab.models.decoding import "
-               "DecodingModel\n\n\ndef delta_rule(q, k, v, beta, S):\n    ...          # your code here: return o "
-               "(B, H, L, dv) and S after the last token\n\n\n# your code here: class DeltaNetBlock(nn.Module) with "
-               "forward, init_state, step, state_size;\n# @models.register(\"deltanet\", replace=True) above "
-               "build_deltanet(*, vocab_size, num_classes=None, seq_len=None,\n#     d_model=64, n_layers=2, "
-               "n_heads=4) returning DecodingModel(vocab_size=..., d_model=..., blocks=[...], ...)\n\n"
-               "answer = (delta_rule, \"deltanet\")")
+@exercise("08.4")
 def _check_08_4(answer):
     if not (isinstance(answer, (tuple, list)) and len(answer) == 2 and isinstance(answer[1], str)):
         raise Wrong(f"expected answer = (delta_rule, 'family name'), got a {type(answer).__name__}")
