@@ -1,10 +1,34 @@
 """Every Triton kernel fits in registers on a real GPU: compiled for sm_80 (A100) and sm_90 (H100) at the
-blocks ``auto`` launches for head sizes 1, 16, 64 and 128 (for GateLoop: every configuration the default path may launch or autotuning may pick,
-at every precision of its products, real and complex, and the sub-chunk kernels at every precision, real and complex), ``ptxas -v`` reports 0 bytes of spill stores and loads, with the locked Triton and with Triton 3.6. No GPU is needed: Triton compiles ahead of time (``seqlab.kernels.aot.ptxas_usage``), all kernels in
-one process."""
+blocks ``auto`` launches for head sizes 1, 16, 64 and 128 (for GateLoop: every configuration the default path may
+launch or autotuning may pick, at every precision of its products, real and complex, and the sub-chunk kernels at
+every precision, real and complex), ``ptxas -v`` reports 0 bytes of spill stores and loads, with the locked Triton
+and with Triton 3.6. No GPU is needed: Triton compiles ahead of time (``seqlab.kernels.aot.ptxas_usage``), all
+kernels in one process.
+
+**The record.** A configuration's answer changes only with its kernel's source (the ``@triton.jit`` helpers it
+calls and the constants it reads included), its launch, the architecture or the Triton version, so the answers
+are kept in ``triton_spills_record.json`` beside this file, keyed by a hash of exactly those
+(``seqlab.kernels.aot.job_key``), and only configurations whose key the record lacks are compiled
+(``usage_with_record``); every assertion below reads recorded and fresh answers alike. What happens to a missing
+key is set by ``SEQLAB_SPILL_RECORD``:
+
+- ``write`` (the default outside CI): compile it and write it into the record, to be committed;
+- ``readonly`` (the default where ``CI`` is set): compile it, leave the file alone, and warn which
+  configurations were missing (``tests/ops/test_triton_spill_record.py`` then fails until the record is committed);
+- ``strict``: compile nothing, fail naming the missing configurations;
+- ``rebuild``: compile every configuration again and rewrite the record.
+
+Refresh the record after changing a kernel or a launch configuration (seconds to minutes: only what changed):
+
+    SEQLAB_SPILL_RECORD=write python3 workbench.py test tests/ops/test_triton_spills.py -n 1
+
+and commit ``tests/ops/triton_spills_record.json``. ``test_the_record_agrees_with_a_fresh_compile`` compiles one
+recorded configuration each run, so a record that no longer matches the compiler is caught.
+"""
 import importlib
 import itertools
 import re
+from pathlib import Path
 
 import pytest
 
@@ -14,9 +38,12 @@ pytestmark = pytest.mark.skipif(not HAVE_TRITON, reason="Triton ships for Linux 
 
 HEAD_SIZES = (1, 16, 64, 128)
 CAPABILITIES = (80, 90)
+RECORD = Path(__file__).with_name("triton_spills_record.json")
+REFRESH = "python3 workbench.py test tests/ops/test_triton_spills.py -n 1"
 
 
-def _jobs():
+def spill_jobs():
+    """Every configuration the kernels may launch, for sm_80 and sm_90, as ``ptxas_usage`` jobs."""
     gl = importlib.import_module("seqlab.ops.gateloop.triton")
     scan = importlib.import_module("seqlab.ops.scan.triton")
     rel = importlib.import_module("seqlab.ops.relation.triton")
@@ -77,20 +104,35 @@ def _jobs():
 
 
 @pytest.fixture(scope="module")
-def report():
-    """``ptxas -v`` and the Triton IR of every job, compiled once for both tests (each compile takes ~0.5 s)."""
-    from seqlab.kernels.aot import ptxas_usage
-
-    return ptxas_usage(_jobs())
+def jobs():
+    return spill_jobs()
 
 
 @pytest.fixture(scope="module")
-def report_triton36():
-    """The same jobs compiled by Triton 3.6.0 (what offline GPU nodes often run: the kernels must compile on
-    both), installed once from its hashed pin (``requirements-triton36.lock``) into ``build/``."""
-    from seqlab.kernels.aot import ptxas_usage, triton_install
+def digests(jobs):
+    """Every kernel's source hash, computed once for both Tritons' keys (``seqlab.kernels.aot.kernel_digests``)."""
+    from seqlab.kernels.aot import kernel_digests
 
-    return ptxas_usage(_jobs(), triton_path=triton_install("3.6.0"))
+    return kernel_digests((j["module"], j["kernel"]) for j in jobs)
+
+
+@pytest.fixture(scope="module")
+def report(jobs, digests):
+    """``ptxas -v`` and the Triton IR of every job, from the record or compiled where it lacks them (each compile
+    takes ~1.3 s)."""
+    from seqlab.kernels.aot import usage_with_record
+
+    return usage_with_record(jobs, RECORD, refresh=REFRESH, digests=digests)
+
+
+@pytest.fixture(scope="module")
+def report_triton36(jobs, digests):
+    """The same jobs compiled by Triton 3.6.0 (what offline GPU nodes often run: the kernels must compile on
+    both), installed from its hashed pin (``requirements-triton36.lock``) into ``build/`` only if the record
+    lacks a configuration."""
+    from seqlab.kernels.aot import usage_with_record
+
+    return usage_with_record(jobs, RECORD, triton_version="3.6.0", refresh=REFRESH, digests=digests)
 
 
 def test_every_kernel_compiles_without_spills(report):
@@ -100,6 +142,20 @@ def test_every_kernel_compiles_without_spills(report):
 def test_every_kernel_compiles_without_spills_on_triton_3_6(report_triton36):
     assert {r["triton"] for r in report_triton36} == {"3.6.0"}
     _assert_no_spills(report_triton36)
+
+
+def test_the_record_agrees_with_a_fresh_compile(report):
+    """One recorded configuration (the relation op's forward kernel for sm_90, a compile of a few seconds)
+    compiled again by the installed Triton gives what the record says: a record that no longer matches the compiler
+    (another ptxas, a change the key misses) fails here. Rebuild it with ``SEQLAB_SPILL_RECORD=rebuild`` and the
+    command in the module docstring."""
+    from seqlab.kernels.aot import ptxas_usage
+
+    recorded = next(r for r in report if r["kernel"] == "logcumsumexp_fwd_kernel" and r["capability"] == 90)
+    job = {k: recorded[k] for k in ("module", "kernel", "constexprs", "capability", "dtype", "num_warps")}
+    (fresh,) = ptxas_usage([job])
+    measured = ("registers", "spill_stores", "spill_loads", "dots", "triton")
+    assert {k: fresh[k] for k in measured} == {k: recorded[k] for k in measured}, recorded["key"]
 
 
 def _assert_no_spills(report):
