@@ -53,6 +53,7 @@ def test_no_module_shadows_the_standard_library():
     ("gateloop", ("recurrent", "associative", "attention", "chunked", "numba", "triton")),
     ("decay", ("reference", "additive", "multiplicative", "on_gateloop", "numba", "triton")),
     ("relation", ("reference", "quadratic", "linear", "streaming", "triton")),
+    ("delta", ("reference", "recurrent", "chunked", "fla")),
 ])
 def test_one_folder_per_op_holds_every_form(op, forms):
     """A reader opens ``seqlab/ops/<op>/`` and finds the equation (``__init__``), its float64 form and every

@@ -5,6 +5,7 @@ naive form, then the fast forms (and ``mode="triton"`` through ``seqlab.kernels`
 """
 from seqlab.ops._checks import below, check_mode, check_tensor, relative_error  # noqa: F401
 from seqlab.ops.decay import *  # noqa: F401,F403
+from seqlab.ops.delta import *  # noqa: F401,F403
 from seqlab.ops.gateloop import *  # noqa: F401,F403
 from seqlab.ops.lru import *  # noqa: F401,F403
 from seqlab.ops.positional import *  # noqa: F401,F403

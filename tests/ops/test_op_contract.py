@@ -8,8 +8,8 @@ import torch
 from helpers import check
 
 from seqlab.kernels import HAVE_TRITON
-from seqlab.ops import (DECAY_MODES, GATELOOP_MODES, RELATION_MODES, SCAN_MODES, decay_attention, gateloop,
-                        linear_scan, relation)
+from seqlab.ops import (DECAY_MODES, DELTA_MODES, GATELOOP_MODES, RELATION_MODES, SCAN_MODES, decay_attention,
+                        delta_rule, gateloop, linear_scan, relation)
 
 
 def _scan_inputs(L, dtype, device="cpu"):
@@ -28,6 +28,15 @@ def _decay_inputs(L, dtype, device="cpu"):
     return {name: torch.randn(2, L, 4, dtype=dtype, device=device) for name in ("q", "k", "v")}
 
 
+def _delta_inputs(L, dtype, device="cpu"):
+    # keys L2-normalised as the models use them, beta in [0, 1], g = log alpha <= 0
+    q, v = (torch.randn(1, 2, L, 3, dtype=dtype, device=device) for _ in range(2))
+    k = torch.nn.functional.normalize(torch.randn(1, 2, L, 3, device=device), dim=-1).to(dtype)
+    beta = torch.rand(1, 2, L, device=device).to(dtype)
+    g = torch.log(torch.rand(1, 2, L, device=device) * 0.9 + 0.05).to(dtype)
+    return {"q": q, "k": k, "v": v, "beta": beta, "g": g}
+
+
 def _relation_inputs(L, dtype, device="cpu"):
     return {name: torch.randn(2, L, 6, dtype=dtype, device=device) for name in ("p", "q")}
 
@@ -37,15 +46,19 @@ OPS = {
     "gateloop": (GATELOOP_MODES, _gateloop_inputs, lambda mode, **kw: gateloop(**kw, mode=mode)),
     "decay_attention": (DECAY_MODES, _decay_inputs, lambda mode, **kw: decay_attention(**kw, mode=mode)),
     "relation": (RELATION_MODES, _relation_inputs, lambda mode, **kw: relation(**kw, mode=mode)),
+    "delta_rule": (DELTA_MODES, _delta_inputs, lambda mode, **kw: delta_rule(**kw, mode=mode)),
 }
 CASES = [(op, mode) for op, (modes, _, _) in OPS.items() for mode in modes]
 REFERENCE = {"linear_scan": "sequential", "gateloop": "recurrent", "decay_attention": "recurrent",
-             "relation": "quadratic"}
+             "relation": "quadratic", "delta_rule": "recurrent"}
 
 
 def _skip_without_triton(mode):
     if mode == "triton" and not HAVE_TRITON:
         pytest.skip("Triton is not installed")
+    if mode == "fla":
+        pytest.skip("fla's kernels take CUDA tensors only (the contract runs on CPU tensors); "
+                    "tests/ops/test_delta.py checks mode='fla' on CUDA where fla is installed")
 
 
 @pytest.mark.parametrize("op,mode", CASES)
