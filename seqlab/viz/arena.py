@@ -118,9 +118,10 @@ def learning_curves_band(groups: dict[str, list[dict]], *, title: str,
         _band(fig, i, f"{label} ({len(runs)} seeds)", steps, [list(v) for v in zip(*values)],
               hover="step %{x}<br>mean %{y:.3f}")
     fig.update_xaxes(title_text="step")
-    fig.update_yaxes(title_text=f"{y_title} (band: the seeds' range)", range=[-0.02, 1.02])
+    # the rotated title on two lines, each shorter than the plot is tall, so that it stays clear of the figure's title
+    fig.update_yaxes(title_text=f"{y_title}<br>(band: the seeds' range)", title_standoff=8, range=[-0.02, 1.02])
     fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.25, xanchor="left", x=0),
-                      margin=dict(b=110))
+                      margin=dict(t=70, b=110))
     return fig
 
 

@@ -11,10 +11,15 @@ import plotly.graph_objects as go
 
 from seqlab.viz.style import color, new_figure
 
-__all__ = ["recall_vs_state", "SYMBOLS"]
+__all__ = ["recall_vs_state", "SYMBOLS", "TAYLOR_SYMBOLS", "TAYLOR_CONV_SYMBOL"]
 
 # a family's sweep over its state knob is a line; the other groups are single points in the family's colour
 SYMBOLS = {"state": "circle", "short-conv": "diamond", "feature-map": "square", "ablation": "x", "reference": "star"}
+# Points of one family share its colour, so two of its additions must differ in shape: the Taylor map by its number of
+# features (a square for 4, a triangle for 8), and with the short convolution an hourglass (the convolution alone: a
+# diamond).
+TAYLOR_SYMBOLS = {4: "square", 8: "triangle-up"}
+TAYLOR_CONV_SYMBOL = "hourglass"
 _ADDED = {"short-conv": "short conv", "feature-map": "Taylor map", "ablation": "no TPE"}
 
 
@@ -23,6 +28,15 @@ def _hover(r: dict) -> str:
     return (f"{r['cell']}<br>{r['pairs']} pairs, state {r['state_size']:,} floats<br>d_model {r['d_model']}, "
             f"{r['params']:,} parameters ({r['budget']:.2f}x)<br>lr {r['chosen_lr']:g}: {seeds}"
             + ("" if r["status"] == "done" else f"<br>{r['status']}"))
+
+
+def _symbol(r: dict) -> str:
+    """The marker of a cell's group, told apart within a family (its colour) by the Taylor map's features."""
+    if r["group"] == "feature-map":
+        return TAYLOR_SYMBOLS.get(r["knobs"].get("feature_dim"), SYMBOLS["feature-map"])
+    if r["group"] == "short-conv" and "feature_dim" in r["knobs"]:
+        return TAYLOR_CONV_SYMBOL
+    return SYMBOLS[r["group"]]
 
 
 def _label(r: dict) -> str:
@@ -37,10 +51,11 @@ def recall_vs_state(rows: list[dict], *, frontier: dict | None = None, level: fl
     """Test accuracy against state size (floats held per sequence at decoding, log axis), a panel per number of
     pairs. Each family's ``state`` cells are a line through the seeds' mean, with the seeds' lowest and highest as a
     band; the other groups are points in the family's colour (a diamond: a short convolution; a square: the Taylor
-    map; an x: LightNet without TPE), the reference a star. A cell whose seeds are still running is an open marker
-    at the mean of the seeds in. ``frontier`` (``{pairs: [(state, accuracy, cell), ...]}``): a dashed step through
-    the best accuracy reached at each state or below. ``level``: a dotted line (the accuracy a cell must reach in
-    every seed to count as recalling)."""
+    map of 4 features, a triangle: of 8, an hourglass: the Taylor map with the short convolution; an x: LightNet
+    without TPE), the reference a star. A cell whose seeds are still running is an open marker at the mean of the
+    seeds in. ``frontier`` (``{pairs: [(state, accuracy, cell), ...]}``): a dashed step through the best accuracy
+    reached at each state or below. ``level``: a dotted line, labelled in the first panel (the accuracy a cell must
+    reach in every seed to count as recalling)."""
     shown = [r for r in rows if r["accuracy"]]
     pairs = sorted({r["pairs"] for r in rows})
     families = list(dict.fromkeys(r["family"] for r in rows))
@@ -68,7 +83,7 @@ def recall_vs_state(rows: list[dict], *, frontier: dict | None = None, level: fl
                         x=[r["state_size"] for r in sub], y=[sum(r["accuracy"]) / len(r["accuracy"]) for r in sub],
                         mode="lines+markers" if group == "state" and len(sub) > 1 else "markers", name=key,
                         legendgroup=key, showlegend=key not in legend, line=dict(color=c, width=2),
-                        marker=dict(symbol=[SYMBOLS[group] + ("" if d else "-open") for d in closed], color=c,
+                        marker=dict(symbol=[_symbol(r) + ("" if d else "-open") for r, d in zip(sub, closed)], color=c,
                                     size=13 if group == "reference" else 9, line=dict(color=c, width=1.5)),
                         error_y=dict(type="data", symmetric=False, width=3, thickness=1,
                                      array=[max(r["accuracy"]) - sum(r["accuracy"]) / len(r["accuracy"]) for r in sub],
@@ -87,7 +102,9 @@ def recall_vs_state(rows: list[dict], *, frontier: dict | None = None, level: fl
                           row=1, col=col)
             legend.add("frontier")
         if level is not None:
-            fig.add_hline(y=level, line=dict(color="#999999", dash="dot", width=1), row=1, col=col)
+            label = dict(annotation_text=f"{level:g}: recalled in every seed", annotation_position="bottom left",
+                         annotation_font=dict(size=11, color="#666666")) if col == 1 else {}
+            fig.add_hline(y=level, line=dict(color="#999999", dash="dot", width=1), row=1, col=col, **label)
         fig.update_xaxes(type="log", dtick=1, range=span, title_text="state size (floats, log scale)", row=1, col=col)
         fig.update_yaxes(range=[-0.02, 1.02], row=1, col=col,
                          title_text="test accuracy (band: the seeds' range)" if col == 1 else None)
