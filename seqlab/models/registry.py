@@ -47,6 +47,8 @@ INIT_RULES = {
     "fst": "lru-ring",
     "lightnet": "torch-default-scaled",    # PyTorch's default projections (LightNet's attention output N(0, 0.02)),
     "gateloop": "torch-default-scaled",    # out proj / sqrt(2 n_layers), embeddings and head N(0, 0.02)
+    "deltanet": "torch-default-scaled",    # as GateLoop's (fla's GPT-2 std 0.02 is made for widths of hundreds)
+    "gated-deltanet": "torch-default-scaled",
 }
 
 

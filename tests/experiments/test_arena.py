@@ -27,6 +27,18 @@ def test_every_family_is_matched_within_ten_percent_by_d_model(width):
                 assert abs(A._core_count(family, other, 2) - target) >= abs(params - target)
 
 
+@pytest.mark.parametrize("family", ["deltanet", "gated-deltanet"])
+def test_the_delta_rule_families_are_matched_within_ten_percent_at_every_profiles_widths(family):
+    """DeltaNet and Gated DeltaNet enter the arena by name (families=...): at every reference width of the quick,
+    medium and full profiles, a d_model in whole heads comes within 10 % of the Transformer's count."""
+    profiles = [A.sizes(p) for p in ("quick", "medium", "full")]
+    widths = sorted({w for cfg in profiles for w in (*cfg["widths"], cfg["base_width"])})
+    for width in widths:
+        target = A.target_parameters("transformer", width, 2)
+        d_model, params = A.matched_width(family, target, 2)
+        assert abs(params - target) <= 0.10 * target and d_model % A.width_step(family) == 0, (width, d_model, params)
+
+
 def test_core_parameters_leave_out_embedding_positions_and_head():
     from seqlab import models
 

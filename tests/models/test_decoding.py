@@ -21,6 +21,8 @@ CONFIGS = {
     "linear-causalrn": dict(d_model=8, n_layers=2),
     "lrnn": dict(d_model=8, n_layers=2, r_min=0.5, r_max=0.95),
     "lightnet": dict(d_model=8, n_layers=2, n_heads=2, tpe_dim=3, lrpe_base=7.0),
+    "deltanet": dict(d_model=8, n_layers=2, n_heads=2, mlp_ratio=2.0, chunk_size=8),      # 37 tokens: 5 chunks
+    "gated-deltanet": dict(d_model=8, n_layers=2, n_heads=2, mlp_ratio=2.0, chunk_size=8),
 }
 TOL = {torch.float64: 1e-9, torch.float32: 1e-4}
 
@@ -224,7 +226,7 @@ def test_transformer_kv_cache_grows_and_the_linear_states_do_not():
     sizes = {n: [_lm(n).state_size(t) for t in (1, 100, 1000)] for n in CONFIGS}
     assert sizes["transformer"] == [2 * 8 * 2 * t for t in (1, 100, 1000)]   # K and V, d_model each, 2 layers
     assert sizes["causalrn"] == [2 * 8 * t for t in (1, 100, 1000)]      # every past p_i (quadratic CausalRN)
-    for n in ("gateloop", "linear-transformer", "linear-causalrn", "lightnet", "lrnn"):
+    for n in ("gateloop", "linear-transformer", "linear-causalrn", "lightnet", "lrnn", "deltanet", "gated-deltanet"):
         assert len(set(sizes[n])) == 1 and sizes[n][0] > 0, n
 
 

@@ -85,7 +85,7 @@ def test_sampling_module_and_the_generate_function_do_not_collide():
 
 
 @pytest.mark.parametrize("name", ["transformer", "linear-transformer", "causalrn", "linear-causalrn", "lrnn",
-                                  "lightnet", "gateloop"])
+                                  "lightnet", "gateloop", "deltanet", "gated-deltanet"])
 def test_every_lm_decodes_with_prefill_and_step_like_the_rerun_path(name, monkeypatch):
     """Every causal LM streams by default (prompt by prefill, then step) and samples the rerun path's tokens
     (float64: float32 rounding can flip a token where two are nearly equally likely)."""
