@@ -200,7 +200,8 @@ def write_lab_overrides(py: Path) -> None:
 # seqlab's JupyterLab extension runs a notebook's widget restores one at a time, so that no saved widget shows
 # "model not found" on a fresh open (seqlab/viz/labextension/)
 LAB_ARGS = ["--ContentsManager.pre_save_hook=seqlab.viz.nbstate.keep_saved_widgets",
-            f"--LabApp.extra_labextensions_path={ROOT / 'seqlab' / 'viz' / 'labextension'}"]
+            f"--LabApp.extra_labextensions_path={ROOT / 'seqlab' / 'viz' / 'labextension'}",
+            "--ServerApp.kernel_manager_class=seqlab.viz.labkernels.ReadyRestartKernelManager"]
 
 WORKING = ROOT / "my_notebooks"          # the learner's copy of the lessons (git-ignored)
 SYNC = WORKING / ".seqlab-sync.json"     # lesson -> hash of the tracked version it was copied from

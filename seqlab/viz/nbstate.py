@@ -46,7 +46,9 @@ LAB_SAVE_HOOK = "--ContentsManager.pre_save_hook=seqlab.viz.nbstate.keep_saved_w
 # time, so a saved widget is never drawn as "model not found" on a fresh open (its remoteEntry.js says why)
 LAB_EXTENSIONS = Path(__file__).resolve().parent / "labextension"
 # Everything JupyterLab is started with for the lessons (workbench.py lab builds the same list without seqlab)
-LAB_ARGS = [LAB_SAVE_HOOK, f"--LabApp.extra_labextensions_path={LAB_EXTENSIONS}"]
+# restarts answer once the new kernel does (seqlab.viz.labkernels: no "Got events for closed stream" in the terminal)
+LAB_KERNEL_MANAGER = "--ServerApp.kernel_manager_class=seqlab.viz.labkernels.ReadyRestartKernelManager"
+LAB_ARGS = [LAB_SAVE_HOOK, f"--LabApp.extra_labextensions_path={LAB_EXTENSIONS}", LAB_KERNEL_MANAGER]
 _MODEL_REF = re.compile(r'IPY_MODEL_([0-9a-f]{32})|"model_id": "([0-9a-f]{32})"')
 
 
