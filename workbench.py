@@ -494,10 +494,11 @@ LESSON_PATHS = {"interpreter": "in the CPU interpreter, as lab starts it on Linu
 def full_run_passes(py: Path, env: dict) -> list[tuple[str, dict, list[str]]]:
     """The full run's two passes as (title, environment, pytest arguments): every test and every lesson on this
     machine's floating-point path with the lessons on Triton's interpreter, as a Linux student's kernel runs them;
-    then the lessons again on another floating-point path with Triton switched off."""
-    native = {k: v for k, v in env.items() if k not in FP_PATH_VARIABLES}
-    other = other_fp_path_environment(env, cpu_capability(py, native))
-    return [("pass 1: every test and lesson", dict(native, SEQLAB_LESSONS_TRITON="interpreter"), PYTEST_ARGS),
+    then the lessons again on another floating-point path with Triton switched off. Pass 1 keeps the FP_PATH_VARIABLES
+    the caller set: ``ATEN_CPU_CAPABILITY=avx2 ... workbench.py test`` runs an AVX2 machine's two passes on an AVX512
+    one (its pass 2 then takes the scalar kernels)."""
+    other = other_fp_path_environment(env, cpu_capability(py, env))
+    return [("pass 1: every test and lesson", dict(env, SEQLAB_LESSONS_TRITON="interpreter"), PYTEST_ARGS),
             ("pass 2: the lessons again", dict(other, SEQLAB_LESSONS_TRITON="off"), SECOND_PASS_ARGS)]
 
 

@@ -270,6 +270,22 @@ def test_the_second_pass_holds_another_floating_point_path(wb):
     assert first and second and second != first, (first, second)
 
 
+def test_a_caller_held_to_avx2_gets_an_avx2_machines_two_passes(wb):
+    """ATEN_CPU_CAPABILITY=avx2 (with oneDNN, MKL and Numba held alike) times an AVX2 machine's CI on an AVX512
+    one: pass 1 keeps what the caller set, and pass 2 then takes the scalar kernels, as on an AVX2 machine."""
+    import os
+    import sys
+
+    held = dict({k: v for k, v in os.environ.items() if k not in wb.FP_PATH_VARIABLES},
+                ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2", MKL_ENABLE_INSTRUCTIONS="AVX2",
+                NUMBA_CPU_NAME="haswell")
+    if wb.cpu_capability(Path(sys.executable), held) != "AVX2":
+        pytest.skip("torch cannot run its AVX2 kernels here")
+    (_, env1, _), (_, env2, _) = wb.full_run_passes(Path(sys.executable), held)
+    assert {k: env1[k] for k in wb.FP_PATH_VARIABLES} == {k: held[k] for k in wb.FP_PATH_VARIABLES}
+    assert wb.cpu_capability(Path(sys.executable), env2) == "DEFAULT"
+
+
 def test_lab_runs_jupyterlab_with_the_save_hook_and_the_widget_restore_extension(wb):
     """workbench.py (standard library only) builds the same JupyterLab options as seqlab.viz.nbstate, and the
     extension folder they name holds a prebuilt extension JupyterLab can load."""
