@@ -11,8 +11,11 @@ files, one per experiment (``configs/medium`` is one, ``configs`` another).
 """
 from __future__ import annotations
 
+import functools
+import json
 import os
 import re
+import subprocess
 import time
 import tomllib
 from collections.abc import Mapping
@@ -218,3 +221,21 @@ def min_seconds(fn, repeats: int, *, warmup: bool = False) -> float:
         fn()
         best = min(best, time.perf_counter() - start)
     return best
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> dict:
+    """``{"commit", "dirty"}``: the git commit of the code a sitting runs (read once, as the sitting starts) and whether
+    ``seqlab/`` differed from it. A grid or a sweep runs over sessions while the code moves: each run records it.
+    Outside a git checkout (a copy of the tree on a lent machine): what ``$SEQLAB_CODE_VERSION`` says (JSON,
+    written where the copy was made: ``tools/recall_sweep.py device-command``), else ``{}``."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True,
+                                timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "seqlab"], cwd=root, capture_output=True,
+                               text=True, check=True, timeout=10).stdout.strip() != ""
+    except (OSError, subprocess.SubprocessError):
+        said = json.loads(os.environ.get("SEQLAB_CODE_VERSION") or "{}")
+        return {k: said[k] for k in ("commit", "dirty") if k in said}
+    return {"commit": commit, "dirty": dirty}

@@ -27,10 +27,12 @@ The grid (:mod:`.arena_grid`, :func:`plan`):
 4. the rate band: on the tasks of the optional ``rate_band_tasks``, every seed at every searched rate, so that
    accuracy against learning rate can be drawn with the seeds' spread (the window in which a family learns).
 
-Results (:mod:`.arena_results` reads them; :mod:`.arena_runner` trains the runs). Each finished run is appended at once to the results file (``results/arena/<profile>.json`` by
-default): ``{"command", "versions", "wall_s", "profile", "config", "runs": [{"family", "task", "seed",
-"d_model", "params", "state_size", "seq_len", "accuracy", "wall_s", ...}]}``; a run already in the file is
-skipped, so an interrupted grid resumes where it stopped and a grid can be produced over several sittings.
+Results (:mod:`.arena_results` reads them; :mod:`.arena_runner` trains the runs). Each finished run is appended at
+once to the results file (``results/arena/<profile>.json`` by default): ``{"command", "versions", "wall_s",
+"profile", "config", "runs": [{"family", "task", "seed", "d_model", "params", "state_size", "seq_len", "accuracy",
+"wall_s", "commit", "dirty", ...}]}`` (``commit``, ``dirty``: the code the run ran,
+:func:`seqlab.experiments._common.code_version`); a run already in the file is skipped, so an interrupted grid
+resumes where it stopped and a grid can be produced over several sittings.
 ``workers=2`` trains two runs at a time in separate processes (one math thread each).
 
 This module is the experiment; the public names of the four modules it is made of stay importable from it.
@@ -42,7 +44,7 @@ from pathlib import Path
 
 from seqlab import config
 from seqlab.experiments import experiment
-from seqlab.experiments._common import profile_sizes
+from seqlab.experiments._common import code_version, profile_sizes
 from seqlab.experiments.arena_families import (FAMILIES, TOLERANCE, _core_count, core_parameters,  # noqa: F401
                                               family_config, family_order, matched_width, target_parameters,
                                               width_step)
@@ -111,6 +113,7 @@ def arena(*, profile: str | None = None, families=None, tasks=None, out="auto", 
     ``"verdicts"`` (:func:`control_verdicts`: a task whose control did not learn is not ranked).
     """
     prof = profile or config.profile()
+    code_version()                                        # the code this sitting runs (each run records it)
     cfg = profile_sizes(SIZES, prof, overrides)
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers: expected a positive int, got {workers!r}")

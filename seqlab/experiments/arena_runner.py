@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from seqlab import config
-from seqlab.experiments._common import checkpointing
+from seqlab.experiments._common import checkpointing, code_version
 from seqlab.experiments.arena_families import family_config, matched_width, target_parameters
 from seqlab.experiments.arena_grid import filler_of, init_of, run_key
 from seqlab.train import THRESHOLDS
@@ -86,7 +86,7 @@ def run_one(spec: dict, cfg: dict, *, progress: bool = False, checkpoint_dir=Non
             "test_loss": round(float(test["loss"]), 6), "steps": cfg["steps"], "vocab_size": task.vocab_size,
             "eval_every": eval_every, **{k: summary[k] for k in ("num_targets", "initial_loss", "curve")},
             **{f"steps_to_{t}": summary[f"steps_to_{t}"] for t in THRESHOLDS},
-            "filler": filler_of(name, args), "init": init_of(spec)}
+            "filler": filler_of(name, args), "init": init_of(spec), **code_version()}
 
 
 def describe_run(run: dict) -> str:

@@ -29,17 +29,13 @@ its last save). Several sittings may share the file (``families=`` splits the wo
 """
 from __future__ import annotations
 
-import functools
-import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from seqlab import config
 from seqlab.experiments import experiment
-from seqlab.experiments._common import checkpointing, profile_sizes
+from seqlab.experiments._common import checkpointing, code_version, profile_sizes
 from seqlab.experiments.arena_results import RESULTS_DIR, load
 from seqlab.experiments.arena_runner import make_task, versions
 from seqlab.experiments.rate_search import MAX_EXTENSIONS
@@ -66,24 +62,6 @@ def run_name(spec: dict, cfg: dict) -> str:
     return (f"recall-{spec['family']}-{knobs}-p{spec['pairs']}-L{task['seq_len']}-V{task['vocab_size']}"
             f"-{task.get('filler', 'random')}-n{cfg['train_size']}-w{cfg['width']}-lr{spec['lr']:g}"
             f"-seed{spec['seed']}-steps{cfg['steps']}")
-
-
-@functools.lru_cache(maxsize=1)
-def code_version() -> dict:
-    """``{"commit", "dirty"}``: the git commit of the code a sitting runs (read once, as the sitting starts) and whether
-    ``seqlab/`` differed from it. A sweep runs over sessions while the code moves. Outside a git checkout (a copy of
-    the tree on a lent machine): what ``$SEQLAB_CODE_VERSION`` says (JSON, written where the copy was made:
-    ``tools/recall_sweep.py device-command``), else ``{}``."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True,
-                                timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "seqlab"], cwd=root, capture_output=True,
-                               text=True, check=True, timeout=10).stdout.strip() != ""
-    except (OSError, subprocess.SubprocessError):
-        said = json.loads(os.environ.get("SEQLAB_CODE_VERSION") or "{}")
-        return {k: said[k] for k in ("commit", "dirty") if k in said}
-    return {"commit": commit, "dirty": dirty}
 
 
 def answers_on_test(model, task, pairs: int, batch_size: int = 256) -> dict:

@@ -146,6 +146,8 @@ def test_the_recorded_medium_gateloop_mqar_run_reproduces():
     again = A.run_one(spec, cfg)
     assert again["d_model"] == recorded["d_model"] and again["params"] == recorded["params"]
     assert abs(again["accuracy"] - recorded["accuracy"]) <= 0.01, (again["accuracy"], recorded["accuracy"])
+    from seqlab.experiments._common import code_version
+    assert {k: again[k] for k in ("commit", "dirty") if k in again} == code_version()   # the code it ran
 
 
 def test_steps_filler_and_init_make_a_run_another_run():

@@ -281,7 +281,9 @@ def test_outside_a_git_checkout_the_code_version_is_what_the_copy_was_told(monke
         raise OSError("no git here")
 
     request.addfinalizer(R.code_version.cache_clear)     # read once a sitting: read again after this test
-    monkeypatch.setattr(R.subprocess, "run", no_git)
+    from seqlab.experiments import _common
+
+    monkeypatch.setattr(_common.subprocess, "run", no_git)
     monkeypatch.delenv("SEQLAB_CODE_VERSION", raising=False)
     R.code_version.cache_clear()
     assert R.code_version() == {}
