@@ -1,4 +1,4 @@
-"""Exercises for lessons 01-08, in the spirit of Triton-Puzzles: a small task in code, and a checker that says
+"""Exercises for lessons 01-09, in the spirit of Triton-Puzzles: a small task in code, and a checker that says
 what is wrong.
 
 In a lesson, an exercise cell looks like::
@@ -25,7 +25,8 @@ random state is left untouched, so a lesson's output is the same on every run.
 ``exercises.list(lesson)`` gives the ids and one-line tasks, ``exercises.hint(id)`` the hint. Solutions are
 in :mod:`seqlab.exercises.solutions` (``solution(id)``), never in the lessons.
 """
-from seqlab.exercises import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08  # noqa: F401
+from seqlab.exercises import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07  # noqa: F401
+from seqlab.exercises import lesson08, lesson09  # noqa: F401
 from seqlab.exercises._core import check, get, hint, ids, list_exercises, notebook_cells
 from seqlab.exercises._core import texts as _texts
 

@@ -1,5 +1,5 @@
-"""Solutions to the exercises of lessons 01-08: ``solution(id)`` returns an answer that ``check(id, ...)`` accepts
-(``solution("08.4")`` registers the family ``deltanet``, as the lesson's cell does).
+"""Solutions to the exercises of lessons 01-09: ``solution(id)`` returns an answer that ``check(id, ...)`` accepts
+(``solution("09.3")`` registers the family ``deltaproduct``, as the lesson's cell does).
 
 They live here, in the package, and never in the lessons: try the exercise first, then read the one you need.
 """
@@ -120,7 +120,7 @@ def reset_transitions():                                       # 05.3
     return a
 
 
-# ----------------------------------------------------------------------------------------------- lesson 07
+# ----------------------------------------------------------------------------------------------- lesson 06
 
 
 def relative_decays(log_a):                                     # 06.1
@@ -154,6 +154,9 @@ def chunked_gateloop(q, k, v, a, C):                            # 06.3
         ys.append(A @ v[chunk] + (q[chunk] * torch.exp(g)) @ h)                   # parts 2 and 3
         h = torch.exp(g[-1])[:, None] * h + (k[chunk] * torch.exp(g[-1] - g)).T @ v[chunk]   # part 1
     return torch.cat(ys)[:L]
+
+
+# ----------------------------------------------------------------------------------------------- lesson 07
 
 
 def lightnet_step(q_t, k_t, v_t, state):                       # 07.1
@@ -202,33 +205,60 @@ def core(model):                                               # 08.2
 GROWING = {"transformer", "causalrn"}                          # 08.3
 
 
-def delta_rule(q, k, v, beta, S):                              # 08.4
-    q = q / q.norm(dim=-1, keepdim=True)                       # unit keys: I - beta k k^T has eigenvalues 1 - beta, 1
-    k = k / k.norm(dim=-1, keepdim=True)
-    outs = []
+# ----------------------------------------------------------------------------------------------- lesson 09
+
+
+def ut_transform(K, V, beta):                                  # 09.1
+    C, dk = K.shape[-2], K.shape[-1]
+    strictly_lower = torch.ones(C, C, dtype=torch.bool, device=K.device).tril(-1)
+    scaled = (beta[..., :, None] * (K @ K.mT)).masked_fill(~strictly_lower, 0.0)     # tril(diag(beta) K K^T, -1)
+    system = torch.eye(C, dtype=K.dtype, device=K.device) + scaled
+    WU = torch.linalg.solve_triangular(system, beta[..., None] * torch.cat([K, V], -1), upper=False,
+                                       unitriangular=True)                          # every chunk in one solve
+    return WU[..., :dk], WU[..., dk:]
+
+
+def state_pass_backward(W, through, K_to_end, Q_in, M, S_in, dY, dS):   # 09.2
+    dU, dW = torch.empty_like(dY), torch.empty_like(W)
+    for c in reversed(range(W.shape[-3])):                     # from the last chunk back to the first
+        at = (..., c, slice(None), slice(None))
+        dU[at] = M[at].mT @ dY[at] + K_to_end[at] @ dS         # dU~_c: read by Y_c, and written into S_(c+1)
+        dW[at] = -dU[at] @ S_in[at].mT
+        dS = through[..., c, None, None] * dS + Q_in[at].mT @ dY[at] - W[at].mT @ dU[at]
+    return dU, dW, dS
+
+
+def deltaproduct_rule(q, k, v, beta, S):                       # 09.3
+    q = q / q.norm(dim=-1, keepdim=True)                       # q and each of a token's n_h keys over dk: with
+    k = k / k.norm(dim=-1, keepdim=True)                       # unit keys, each I - beta k^T k is non-expansive
+    ys = []
     for t in range(q.shape[2]):
-        k_t = k[:, :, t]
-        old = torch.einsum("bhvk,bhk->bhv", S, k_t)                                     # S_(t-1) k_t
-        S = S - torch.einsum("bhv,bhk->bhvk", beta[:, :, t, None] * (old - v[:, :, t]), k_t)
-        outs.append(torch.einsum("bhvk,bhk->bhv", S, q[:, :, t]))                       # o_t = S_t q_t
-    return torch.stack(outs, 2), S
+        for j in range(k.shape[3]):                            # step j reads the state step j - 1 left
+            k_j = k[:, :, t, j]
+            missing = v[:, :, t, j] - torch.einsum("bhk,bhkv->bhv", k_j, S)                 # v - k S
+            S = S + torch.einsum("bhk,bhv->bhkv", k_j, beta[:, :, t, j, None] * missing)
+        ys.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], S))                          # y_t = q_t S_t
+    return torch.stack(ys, 2), S
 
 
-class DeltaNetBlock(torch.nn.Module):                          # 08.4: x + W_o delta_rule(q, k, v, beta) of LN(x)
-    def __init__(self, d_model, n_heads):
+class DeltaProductBlock(torch.nn.Module):                      # 09.3: x + W_o deltaproduct_rule(...) of LN(x)
+    def __init__(self, d_model, n_heads, n_h=2):
         super().__init__()
-        self.h, self.d = n_heads, d_model // n_heads
+        self.h, self.d, self.n_h = n_heads, d_model // n_heads, n_h
         self.norm = torch.nn.LayerNorm(d_model)
-        self.qkv = torch.nn.Linear(d_model, 3 * d_model)
-        self.beta = torch.nn.Linear(d_model, n_heads)
+        self.q = torch.nn.Linear(d_model, d_model)
+        self.kv = torch.nn.Linear(d_model, 2 * n_h * d_model)  # n_h keys and n_h values per head
+        self.beta = torch.nn.Linear(d_model, n_h * n_heads)
         self.out = torch.nn.Linear(d_model, d_model)
 
     def prefill(self, x, S):                                   # x (B, P, D) after the tokens S holds
         B, P, _ = x.shape
         h = self.norm(x)
-        q, k, v = self.qkv(h).view(B, P, 3, self.h, self.d).permute(2, 0, 3, 1, 4)     # each (B, H, P, d)
-        o, S = delta_rule(q, k, v, torch.sigmoid(self.beta(h)).transpose(1, 2), S)
-        return x + self.out(o.transpose(1, 2).reshape(B, P, -1)), S
+        q = self.q(h).view(B, P, self.h, self.d).transpose(1, 2)                            # (B, H, P, d)
+        k, v = self.kv(h).view(B, P, 2, self.h, self.n_h, self.d).permute(2, 0, 3, 1, 4, 5)  # (B, H, P, n_h, d)
+        beta = torch.sigmoid(self.beta(h)).view(B, P, self.h, self.n_h).transpose(1, 2)     # (B, H, P, n_h)
+        y, S = deltaproduct_rule(q, k, v, beta, S)
+        return x + self.out(y.transpose(1, 2).reshape(B, P, -1)), S
 
     def forward(self, x):
         return self.prefill(x, self.init_state(x.shape[0], device=x.device, dtype=x.dtype))[0]
@@ -244,18 +274,18 @@ class DeltaNetBlock(torch.nn.Module):                          # 08.4: x + W_o d
         return self.h * self.d * self.d
 
 
-def build_deltanet(*, vocab_size, num_classes=None, seq_len=None, d_model=64, n_layers=2, n_heads=4):   # 08.4
+def build_deltaproduct(*, vocab_size, num_classes=None, seq_len=None, d_model=64, n_layers=2, n_heads=2):   # 09.3
     from seqlab.models.decoding import DecodingModel
 
-    blocks = [DeltaNetBlock(d_model, n_heads) for _ in range(n_layers)]
+    blocks = [DeltaProductBlock(d_model, n_heads) for _ in range(n_layers)]
     return DecodingModel(vocab_size=vocab_size, d_model=d_model, blocks=blocks, num_classes=num_classes)
 
 
-def deltanet():                                                # 08.4: registered as the lesson's cell registers it
+def deltaproduct():                                            # 09.3: registered as the lesson's cell registers it
     from seqlab import models
 
-    models.register("deltanet", replace=True)(build_deltanet)
-    return delta_rule, "deltanet"
+    models.register("deltaproduct", replace=True)(build_deltaproduct)
+    return deltaproduct_rule, "deltaproduct"
 
 
 _SOLUTIONS = {
@@ -266,7 +296,8 @@ _SOLUTIONS = {
     "05.1": lambda: surrogate, "05.2": lambda: grad_a, "05.3": reset_transitions,
     "06.1": lambda: relative_decays, "06.2": lambda: chunk_states, "06.3": lambda: chunked_gateloop,
     "07.1": lambda: lightnet_step, "07.2": lambda: CROSSOVER, "07.3": lambda: generate,
-    "08.1": lambda: mqar_labels, "08.2": lambda: core, "08.3": lambda: set(GROWING), "08.4": deltanet,
+    "08.1": lambda: mqar_labels, "08.2": lambda: core, "08.3": lambda: set(GROWING),
+    "09.1": lambda: ut_transform, "09.2": lambda: state_pass_backward, "09.3": deltaproduct,
 }
 
 

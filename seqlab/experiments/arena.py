@@ -3,7 +3,7 @@
 Seven families (:data:`FAMILIES`) meet eight tasks (:data:`TASKS`): Zoology's multi-query associative recall
 (``mqar``), five tasks of the MAD suite (in-context, fuzzy and noisy recall, selective copying, memorization),
 paper 001's copying and GateLoop's Memory Horizon. Any other family of the model registry enters by name
-(``families=``; one registered with ``seqlab.models.register``, as lesson 08's capstone does): it is matched,
+(``families=``; one of your own registered with ``seqlab.models.register`` too): it is matched,
 trained and recorded as the seven are, and listed after them.
 
 Matched size (:mod:`.arena_families`). The reference family (``reference``, the Transformer) at a reference width

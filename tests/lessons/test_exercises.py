@@ -1,6 +1,6 @@
-"""The exercises of lessons 01-08 (``seqlab.exercises``): every checker says "not answered yet" for the untouched
+"""The exercises of lessons 01-09 (``seqlab.exercises``): every checker says "not answered yet" for the untouched
 cell, accepts its solution, and rejects a specific wrong answer with a message that says what is wrong. The capstone
-(08.4) registers a family: each test leaves the model registry as it found it."""
+(09.3) registers a family: each test leaves the model registry as it found it."""
 import contextlib
 import io
 import math
@@ -9,15 +9,15 @@ import pytest
 import torch
 
 from seqlab import exercises, models
-from seqlab.exercises.solutions import DeltaNetBlock, delta_rule, solution
+from seqlab.exercises.solutions import DeltaProductBlock, build_deltaproduct, deltaproduct_rule, solution
 
 IDS = exercises.ids()
 
 
 @pytest.fixture(autouse=True)
 def _registry_as_it_was():
-    """A capstone answer registers its family (under a name seqlab may hold already: ``deltanet``); other tests
-    list and build every registered one: new names go, replaced builders come back."""
+    """A capstone answer registers its family (a test may replace one of seqlab's own, to see it refused); other
+    tests list and build every registered one: new names go, replaced builders come back."""
     from seqlab.models import registry
 
     before = {name: registry.builder(name) for name in models.names()}
@@ -167,38 +167,77 @@ def _count_all(model):                                   # 08.2: embedding, posi
     return sum(p.numel() for p in model.parameters())
 
 
-def _recurrence(update, *, normalise="qk", late=False):
-    """A delta_rule as a learner writes it (S: (B, H, dv, dk), column vectors), with the per-token ``update(S, k_t,
-    v_t, beta_t)``, the inputs of ``normalise`` L2-normalised and, ``late``, o_t read from S_(t-1)."""
-    def delta_rule(q, k, v, beta, S):
+def _ut_inverting(system, *, beta_after=False):
+    """A ut_transform as a learner writes it: the inverse of ``system(K, beta)`` times diag(beta) [K | V] (with
+    ``beta_after``, diag(beta) times the inverse times [K | V])."""
+    def ut_transform(K, V, beta):
+        T, b = torch.linalg.inv(system(K, beta)), beta[..., :, None]
+        return (b * (T @ K), b * (T @ V)) if beta_after else (T @ (b * K), T @ (b * V))
+    return ut_transform
+
+
+def _eye_plus(A):
+    return torch.eye(A.shape[-1], dtype=A.dtype) + A
+
+
+def _ut_upper(K, V, beta):                               # 09.1: the right system, solved as if upper triangular
+    system = _eye_plus((beta[..., :, None] * (K @ K.mT)).tril(-1))
+    WU = torch.linalg.solve_triangular(system, beta[..., None] * torch.cat([K, V], -1), upper=True)
+    return WU[..., :K.shape[-1]], WU[..., K.shape[-1]:]
+
+
+def _ut_chunk_by_chunk(K, V, beta):                      # 09.1: right, but a Python loop over the chunks
+    parts = [solution("09.1")(K[..., c:c + 1, :, :], V[..., c:c + 1, :, :], beta[..., c:c + 1, :])
+             for c in range(K.shape[-3])]
+    return torch.cat([W for W, _ in parts], -3), torch.cat([U for _, U in parts], -3)
+
+
+def _backward_with(**zeroed):
+    """09.2's solution with some inputs replaced (by zeros, ones, M by its transpose): each gets one term of the
+    reverse pass wrong."""
+    def state_pass_backward(W, through, K_to_end, Q_in, M, S_in, dY, dS):
+        given = dict(W=W, through=through, K_to_end=K_to_end, Q_in=Q_in, M=M, S_in=S_in, dY=dY, dS=dS)
+        given.update({name: fill(given[name]) for name, fill in zeroed.items()})
+        return solution("09.2")(**given)
+    return state_pass_backward
+
+
+def _backward_forwards(W, through, K_to_end, Q_in, M, S_in, dY, dS):   # 09.2: the loop from the first chunk
+    """09.2's solution on the chunks in reverse order: its loop then visits them from the first to the last."""
+    back = lambda t: t.flip(-3)  # noqa: E731
+    dU, dW, dS0 = solution("09.2")(back(W), through.flip(-1), back(K_to_end), back(Q_in), back(M), back(S_in),
+                                   back(dY), dS)
+    return back(dU), back(dW), dS0
+
+
+def _product(*, normalise="qk", read_after_first=False):
+    """A deltaproduct_rule as a learner writes it (S: (B, H, dk, dv), row vectors), the inputs of ``normalise``
+    L2-normalised and, ``read_after_first``, y_t read after the first of a token's steps."""
+    def deltaproduct_rule(q, k, v, beta, S):
         q = q / q.norm(dim=-1, keepdim=True) if "q" in normalise else q
         k = k / k.norm(dim=-1, keepdim=True) if "k" in normalise else k
-        outs = []
+        ys = []
         for t in range(q.shape[2]):
-            before, S = S, update(S, k[:, :, t, :, None], v[:, :, t, :, None], beta[:, :, t, None, None])
-            outs.append(((before if late else S) @ q[:, :, t, :, None])[..., 0])
-        return torch.stack(outs, 2), S
-    return delta_rule
+            for j in range(k.shape[3]):
+                k_j, v_j = k[:, :, t, j, None, :], v[:, :, t, j, None, :]                      # rows (B, H, 1, d)
+                S = S + k_j.mT @ (beta[:, :, t, j, None, None] * (v_j - k_j @ S))
+                if j == 0 or not read_after_first:
+                    read = S
+            ys.append((q[:, :, t, None, :] @ read)[..., 0, :])
+        return torch.stack(ys, 2), S
+    return deltaproduct_rule
 
 
-def _delta(S, k, v, b):                                  # 08.4: the right update, S - beta (S k - v) k^T
-    return S - b * (S @ k - v) @ k.mT
+def _shared_key(q, k, v, beta, S):                       # 09.3: the token's first key for all its steps
+    return deltaproduct_rule(q, k[..., :1, :].expand_as(k), v, beta, S)
 
 
-def _outer(S, k, v, b):                                  # 08.4: linear attention's, nothing erased
-    return S + b * v @ k.mT
-
-
-def _beta_outside(S, k, v, b):                           # 08.4: beta times the whole new state
-    return b * (S - (S @ k - v) @ k.mT)
-
-
-class _StaleStep(DeltaNetBlock):                         # 08.4: step hands back the state it was given
+class _StaleStep(DeltaProductBlock):                     # 09.3: step hands back the state it was given
     def step(self, x_t, S):
         return super().step(x_t, S)[0], S
 
 
-class _CountsTokens(DeltaNetBlock):                      # 08.4: state_size that grows with t, as a cache's does
+class _CountsTokens(DeltaProductBlock):                  # 09.3: state_size that grows with t, as a cache's does
     def state_size(self, t):
         return super().state_size(t) * max(t, 1)
 
@@ -208,7 +247,7 @@ def _family(name, block, head_std=0.02):
     from seqlab.models.decoding import DecodingModel
 
     @models.register(name)
-    def build(*, vocab_size, num_classes=None, seq_len=None, d_model=64, n_layers=2, n_heads=4):
+    def build(*, vocab_size, num_classes=None, seq_len=None, d_model=64, n_layers=2, n_heads=2):
         model = DecodingModel(vocab_size=vocab_size, d_model=d_model, num_classes=num_classes,
                               blocks=[block(d_model, n_heads) for _ in range(n_layers)])
         torch.nn.init.normal_(model.head.weight, std=head_std)
@@ -249,20 +288,33 @@ WRONG = {   # id: [(wrong answer, a fragment the message must contain), ...]
     "08.2": [(_count_all, "counted every parameter")],
     "08.3": [({"transformer"}, "causalrn: state_size(64)"), ({"transformer", "causalrn", "lrnn"}, "lrnn: "),
              ({"attention"}, "unknown family")],
-    "08.4": [((_recurrence(_delta, normalise="q"), "deltanet"), "keys are not L2-normalised"),
-             ((_recurrence(_outer), "deltanet"), "outer-product rule of linear attention"),
-             ((_recurrence(_beta_outside), "deltanet"), "multiplies the whole new state"),
-             ((_recurrence(_delta, late=True), "deltanet"), "read from S_{t-1}, one token late"),
-             ((_recurrence(_delta), "no-such-family"), "no family 'no-such-family' is registered"),
-             (_recurrence(_delta), "expected answer = (delta_rule, 'family name')")],
+    "09.1": [(_ut_inverting(lambda K, b: _eye_plus((b[..., :, None] * (K @ K.mT)).tril())), "the diagonal is kept"),
+             (_ut_inverting(lambda K, b: _eye_plus((K @ K.mT * b[..., None, :]).tril(-1))), "wrong side of K K^T"),
+             (_ut_inverting(lambda K, b: _eye_plus((b[..., :, None] * (K @ K.mT)).tril(-1)), beta_after=True),
+              "applied after T"),
+             (_ut_inverting(lambda K, b: _eye_plus((b[..., :, None] * (K.mT @ K)).tril(-1))), "you used K^T K"),
+             (_ut_upper, "read only the upper triangle"),
+             (_ut_chunk_by_chunk, "a Python loop over the chunks"),
+             (lambda K, V, beta: K, "expected (W, U) from your ut_transform")],
+    "09.2": [(_backward_with(through=torch.ones_like), "not scaled by gamma_c"),
+             (_backward_with(W=torch.zeros_like), "-W_c^T dU~_c is missing"),
+             (_backward_with(K_to_end=torch.zeros_like), "Kbar_c dS_(c+1) (Kbar = K_to_end) is missing"),
+             (_backward_with(M=lambda M: M.mT), "M_c is not transposed"),
+             (_backward_forwards, "the loop ran forwards")],
+    "09.3": [((_product(normalise="q"), "deltaproduct"), "keys are not L2-normalised"),
+             ((_product(read_after_first=True), "deltaproduct"), "read after the first of the n_h steps"),
+             ((_shared_key, "deltaproduct"), "one key serves all n_h steps"),
+             ((deltaproduct_rule, "deltanet"), "'deltanet' is one of seqlab's own families: register yours"),
+             ((deltaproduct_rule, "no-such-family"), "no family 'no-such-family' is registered"),
+             (deltaproduct_rule, "expected answer = (deltaproduct_rule, 'family name')")],
 }
 
 
-def test_three_exercises_per_lesson_and_the_capstone():
-    assert len(IDS) == 25 and set(WRONG) == set(IDS)
-    for lesson in range(1, 9):
+def test_three_exercises_per_lesson():
+    assert len(IDS) == 27 and set(WRONG) == set(IDS)
+    for lesson in range(1, 10):
         listed = exercises.list(lesson)
-        assert [i for i, _ in listed] == [f"{lesson:02d}.{n}" for n in ((1, 2, 3, 4) if lesson == 8 else (1, 2, 3))]
+        assert [i for i, _ in listed] == [f"{lesson:02d}.{n}" for n in (1, 2, 3)]
         assert all(task.strip() for _, task in listed)
     assert exercises.list("01") == exercises.list(1)
 
@@ -327,13 +379,13 @@ def test_check_is_deterministic_and_leaves_the_random_stream_alone():
 
 
 def test_unknown_id_raises_naming_it_and_the_valid_ones():
-    with pytest.raises(ValueError, match=r"unknown exercise '09\.1'; did you mean '0.\.1'\? \(valid: 01\.1, 01\.2") as err:
-        exercises.check("09.1", ...)
+    with pytest.raises(ValueError, match=r"unknown exercise '10\.1'; did you mean '..\.1'\? \(valid: 01\.1, 01\.2") as err:
+        exercises.check("10.1", ...)
     assert all(i in str(err.value) for i in IDS)
-    with pytest.raises(ValueError, match="09.1"):
-        exercises.hint("09.1")
-    with pytest.raises(ValueError, match="09.1"):
-        solution("09.1")
+    with pytest.raises(ValueError, match="10.1"):
+        exercises.hint("10.1")
+    with pytest.raises(ValueError, match="10.1"):
+        solution("10.1")
 
 
 @pytest.mark.parametrize("exercise_id", IDS)
@@ -345,10 +397,18 @@ def test_notebook_cell_ends_in_an_assignment(exercise_id):
 
 
 def test_the_capstone_rejects_a_family_that_decodes_wrong_or_that_the_arena_refuses():
-    ok, out = run("08.4", (delta_rule, _family("stale-step", _StaleStep)))
+    ok, out = run("09.3", (deltaproduct_rule, _family("stale-step", _StaleStep)))
     assert not ok and "stale-step: step() from init_state differs from forward() first at (batch, t, logit) = " \
                       "(0, 1," in out, out
-    ok, out = run("08.4", (delta_rule, _family("counts-tokens", _CountsTokens)))
-    assert not ok and "counts-tokens: state_size(1), (11), (1000) = [32, 352, 32000]" in out, out
-    ok, out = run("08.4", (delta_rule, _family("loud-head", DeltaNetBlock, head_std=1.0)))   # logits of size ~5
+    ok, out = run("09.3", (deltaproduct_rule, _family("counts-tokens", _CountsTokens)))
+    assert not ok and "counts-tokens: state_size(1), (11), (1000) = [64, 704, 64000]" in out, out
+    ok, out = run("09.3", (deltaproduct_rule, _family("loud-head", DeltaProductBlock, head_std=1.0)))  # logits ~5
     assert not ok and "the arena refused loud-head: ValueError: " in out and "initial" in out, out
+
+
+def test_the_capstone_refuses_a_seqlab_family_even_once_replaced():
+    """A learner who registered over seqlab's own ``gated-deltanet`` is told so, and how to get it back."""
+    models.register("gated-deltanet", replace=True)(build_deltaproduct)       # as a notebook cell would
+    ok, out = run("09.3", (deltaproduct_rule, "gated-deltanet"))
+    assert not ok and "'gated-deltanet' is one of seqlab's own families; your models.register('gated-deltanet', " \
+                      "replace=True) has replaced seqlab's own builder" in out, out

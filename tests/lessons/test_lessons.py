@@ -38,9 +38,10 @@ def test_lesson_file(path):
         assert base64.b64decode(data["image/png"])[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_there_are_nine_lessons():
-    assert [p.name[:2] for p in LESSONS] == ["00", "01", "02", "03", "04", "05", "06", "07", "08"]
-    assert [p.name for p in LESSONS[6:]] == ["06_chunkwise_parallel_form.ipynb", "07_inference.ipynb", "08_arena.ipynb"]
+def test_there_are_ten_lessons():
+    assert [p.name[:2] for p in LESSONS] == ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09"]
+    assert [p.name for p in LESSONS[6:]] == ["06_chunkwise_parallel_form.ipynb", "07_inference.ipynb", "08_arena.ipynb",
+                                             "09_delta_rule.ipynb"]
 
 
 # A rounding-level value as a lesson would print it: 1e-13 and below in any format, a float32-sized error printed to
@@ -266,8 +267,8 @@ RETRACTED = {
     "put parts 1 and 3 on the tensor cores": "part 2's A v is a tl.dot at the same precision (lesson 06, §8)",
     "the time falls towards the bytes": "measured: about 10x the roofline, tensor cores save < 10% (lesson 06, §10)",
     "the way the Linear Transformer does": "(n-1)/d holds for unit keys on the sphere; elu+1 features are not (lesson 08, §8a)",
-    "hence writing a key *again* replaces its value": "for beta = 1 only (lesson 08, §8b)",
-    "as lesson 06 did for GateLoop": "DeltaNet's chunked form is the WY representation (lesson 08, §8d)",
+    "hence writing a key *again* replaces its value": "for beta = 1 only (lesson 09; once lesson 08, §8b)",
+    "as lesson 06 did for GateLoop": "DeltaNet's chunked form is the WY representation (lesson 09; once lesson 08, §8d)",
     "Paper 002's layer is now derived piece by piece": "the gamma normalisation is the LRU's (lesson 02)",
     "normalised per query and do not factor": "e^(q.k) has no finite feature map (lesson 00, §3)",
 }
@@ -300,29 +301,6 @@ def test_gateloop_says_which_side_its_transition_acts_on():
     assert "value side" in doc and "key side" in doc
 
 
-
-def test_lesson_08_derives_deltanets_chunkwise_form_and_checks_it_against_the_loop():
-    """Right after §8b's delta rule, lesson 08 writes Yang et al.'s chunkwise (WY/UT) form with a
-    triangular solve, checks one chunk's WY product and the whole output against the loop in float64 (asserted,
-    printed as bounds, compared by nbval), and times the two forms only in a cell nbval does not compare."""
-    cells = json.loads((REPO / "notebooks" / "08_arena.ipynb").read_text(encoding="utf-8"))["cells"]
-    source = ["".join(c["source"]) for c in cells]
-    at = [i for i, s in enumerate(source) if "def chunked_delta_rule(" in s]
-    assert len(at) == 1
-    i = at[0]
-    heading = max(j for j in range(i) if source[j].startswith("#"))
-    assert "chunk by chunk" in source[heading] and "UT transform" in source[heading]
-    assert source.index(next(s for s in source if s.startswith("### 8b"))) < heading < \
-        source.index(next(s for s in source if s.startswith("### 8c")))
-    code, out = source[i], compared_text(cells[i])
-    assert "torch.linalg.solve_triangular" in code and "def recurrent_delta_rule(" in code and "float64" in code
-    assert "assert wy_error < 1e-10 and h_error < 1e-10" in code and "assert error < 1e-10" in code
-    assert "|I - W^T K - A_1 ... A_C| below 1e-10" in out and out.count("against the loop, below 1e-10") == 4
-    assert "L = 100, C =  16" in out                                        # a length not a multiple of C
-    timed = [c for c, s in zip(cells, source) if "chunked_delta_rule(q, k, v, beta, C_TIME)" in s]
-    assert len(timed) == 1 and not_compared(timed[0]) and "assert" not in "".join(timed[0]["source"])
-
-
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
 def test_every_widget_a_lesson_shows_has_its_saved_model(path):
     """A widget output refers to a model by id; the model must be in the lesson's saved widget state, or JupyterLab
@@ -338,9 +316,10 @@ def test_every_widget_a_lesson_shows_has_its_saved_model(path):
     assert not missing, f"{path.name}: {len(missing)} of {len(shown)} widgets have no saved model"
 
 
-# The block each of lessons 01-05 builds by hand from torch's layers and its op, and the seqlab block it must equal.
+# The block each of lessons 01-05 and 09 builds by hand from torch's layers and its op, and the seqlab block it must
+# equal.
 HAND_BUILT = {"01": "RelationBlock", "02": "LRNN", "03": "FSTBlock", "04": "LightNetAttention",
-              "05": "GateLoopTimeMixing"}
+              "05": "GateLoopTimeMixing", "09": "DeltaNetTimeMixing"}
 
 
 def _cells(prefix: str) -> list[dict]:
@@ -467,3 +446,37 @@ def test_seed_statistics_are_folded_into_evidence_cells():
     assert len(folded) >= 4
     for name, s in folded:
         assert "<summary><b>Evidence</b>" in s and s.rstrip().endswith("</details>"), name
+
+
+def _loops(node: ast.AST) -> list[ast.AST]:
+    return [n for n in ast.walk(node) if isinstance(n, (ast.For, ast.While, ast.ListComp, ast.GeneratorExp))]
+
+
+def test_lesson_09_runs_the_ut_transform_for_every_chunk_at_once_and_only_the_state_pass_in_a_loop():
+    """DeltaNet's chunked form as Yang et al. and fla compute it: the UT transform (one batched triangular solve)
+    for all chunks before the loop over chunks, which holds only U - W S and the state update; checked against
+    seqlab's float64 reference at awkward lengths (asserted, printed as bounds, compared by nbval). Lesson 08 no
+    longer computes the WY factors anywhere."""
+    cells = _cells("09")
+    sources = ["".join(c["source"]) for c in cells]
+    at = [i for i, s in enumerate(sources) if "def chunked_delta_rule(" in s]
+    assert len(at) == 1
+    tree = ast.parse(sources[at[0]])
+    defs = {d.name: d for d in tree.body if isinstance(d, ast.FunctionDef)}
+    ut = defs["ut_transform"]
+    assert "torch.linalg.solve_triangular" in ast.unparse(ut) and not _loops(ut), "the UT transform has no loop"
+    chunked = defs["chunked_delta_rule"]
+    loop = next(n for n in ast.walk(chunked) if isinstance(n, ast.For))
+    calls_in_loop = {ast.unparse(c.func) for c in ast.walk(loop) if isinstance(c, ast.Call)}
+    assert "ut_transform" not in calls_in_loop and "ut_transform(" in ast.unparse(chunked)
+    out = compared_text(cells[at[0]])
+    assert out.count("against the reference, below 1e-12") == 6 and "L =  15, C =  16" in out and "L =  17" in out
+    assert "|I - K^T W - A_C ... A_1| below 1e-12" in out
+    gated = [s for s in sources if "def gated_chunked_delta_rule(" in s]
+    assert len(gated) == 1 and "relative_decays(" in gated[0] and "exp(G_r) * exp(-G_i)" not in gated[0]
+    timed = [c for c, s in zip(cells, sources) if "best_time(" in s and "perf_counter" in s]
+    assert len(timed) == 1 and not_compared(timed[0])
+    flops = [c for c, s in zip(cells, sources) if "FlopCounterMode(" in s and "assert counted == formula" in s]
+    assert len(flops) == 1
+    lesson08 = "".join("".join(c["source"]) for c in _cells("08"))
+    assert "solve_triangular" not in lesson08 and "def wy(" not in lesson08
