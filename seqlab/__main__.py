@@ -9,6 +9,7 @@
     python -m seqlab describe NAME         # a model's, task's or experiment's parameters and defaults
     python -m seqlab evaluate PATH         # a checkpoint's model on its task (seqlab.load(PATH) in Python)
     python -m seqlab generate PATH --prompt "To be"  # continue a prompt (--ids 3 5 8 for token ids)
+    python -m seqlab generate PATH --prompt "To be" --prompt "A"   # several prompts, of any lengths, together
     SEQLAB_PROFILE=medium python -m seqlab reproduce [ID ...] [--seeds 3] [--redo]   # the papers' claims
 
 Ctrl-C during ``train --checkpoint PATH`` saves the run there and says how to resume it; resuming with a
@@ -235,14 +236,24 @@ def cmd_generate(args) -> int:
 
     model = train.load_model(args.checkpoint, device=args.device)
     task = model.run["task"]
-    kw = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, seed=args.seed)
-    if args.ids is not None:
-        print(" ".join(map(str, generate(model, torch.tensor(args.ids), **kw)[0].tolist())))
+    kw = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+              seed=args.seed)
+    if args.ids is not None:                     # one line of ids per prompt
+        if len(args.ids) == 1:
+            rows = generate(model, torch.tensor(args.ids[0]), **kw)
+        else:                                    # prompts of different lengths decode together
+            rows = generate(model, [list(ids) for ids in args.ids], **kw)
+            rows = rows if isinstance(rows, list) else list(rows)
+        for row in rows:
+            print(" ".join(map(str, row.tolist())))
         return 0
     if task != "text":
         raise ValueError(f"--prompt: a text prompt needs a model of the character-level text task; this one was "
                          f"trained on {task!r}: give token ids with --ids instead")
-    print(generate(model, args.prompt, **kw))
+    if len(args.prompt) == 1:
+        print(generate(model, args.prompt[0], **kw))
+    else:                                        # the continuations in turn, a line '---' between them
+        print("\n---\n".join(generate(model, list(args.prompt), **kw)))
     return 0
 
 
@@ -396,11 +407,17 @@ def make_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="continue a prompt with a checkpoint's causal language model")
     g.add_argument("checkpoint")
     source = g.add_mutually_exclusive_group(required=True)
-    source.add_argument("--prompt", help="text (a model of the character-level text task)")
-    source.add_argument("--ids", type=int, nargs="+", help="token ids (a model of any other language-model task)")
+    source.add_argument("--prompt", action="append",
+                        help="text (a model of the character-level text task); repeat it for several prompts, of "
+                             "any lengths, decoded together and printed in turn with a line '---' between them")
+    source.add_argument("--ids", type=int, nargs="+", action="append",
+                        help="token ids (a model of any other language-model task); repeat it for several prompts "
+                             "(--ids 3 5 8 --ids 2 4), printed one line each")
     g.add_argument("--max-new-tokens", type=int, default=200)
     g.add_argument("--temperature", type=float, default=1.0, help="0: greedy decoding")
     g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--top-p", type=float, default=None, help="nucleus sampling: the most likely tokens whose "
+                                                             "probabilities first reach this mass")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--device", default="auto")
     g.set_defaults(func=cmd_generate)

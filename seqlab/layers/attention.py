@@ -28,6 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from seqlab.layers.conv import conv_state_size, convolve, convolve_from, joined, make_short_conv, with_conv_state
+from seqlab.layers.rows import write_rows
 from seqlab.ops import check_mode, check_tensor
 
 __all__ = ["elu_feature_map", "taylor_feature_map", "FEATURE_MAPS", "linear_attention", "MLP", "TransformerBlock",
@@ -270,6 +271,18 @@ class TransformerBlock(_AttentionBlock):
         mask = pos[None, :] <= pos[t0:, None]                               # (P, t0 + P)
         p = self.dropout if self.training else 0.0
         return F.scaled_dot_product_attention(q, K, V, attn_mask=mask, dropout_p=p), (K, V)
+
+    def step_rows(self, x_t: torch.Tensor, state, t: torch.Tensor, active: torch.Tensor):
+        """One token ``x_t`` (B, D) for rows at different positions ``t`` (B,) (a ragged batch,
+        ``seqlab.layers.rows``): row ``r`` writes its key and value at index ``t_r`` of the cache (if ``active``)
+        and its query reads the keys ``j <= t_r``; the cache keeps each row's own entries first, zeros after."""
+        q, k, v = self.heads_qkv(self.norm1(x_t[:, None]))                           # (B, H, 1, d)
+        K, K_kept = write_rows(state[0], k, t, active, dim=2)
+        V, V_kept = write_rows(state[1], v, t, active, dim=2)
+        mask = torch.arange(K.shape[2], device=t.device)[None, :] <= t[:, None]      # (B, T): keys j <= t_r
+        p = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, K, V, attn_mask=mask[:, None, None, :], dropout_p=p)
+        return self._around(y, x_t[:, None])[:, 0], (K_kept, V_kept)
 
     def state_size(self, t: int) -> int:
         return 2 * self.d_model * t                                         # a key and a value per token

@@ -26,6 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from seqlab.layers.rows import keep_rows
 from seqlab.ops.decay import decay_attention
 from seqlab.ops.positional import md_lrpe as _md_lrpe
 from seqlab.ops.positional import md_tpe
@@ -49,15 +50,22 @@ def _lrpe_frequencies(d: int, base: float, device: torch.device) -> torch.Tensor
     return base ** (-2.0 * torch.arange(d, dtype=torch.float64, device=device) / d)
 
 
-def _lrpe_from(x: torch.Tensor, shape, *, base: float, start: int) -> torch.Tensor:
+def _lrpe_from(x: torch.Tensor, shape, *, base: float, start) -> torch.Tensor:
     """``md_lrpe`` on 1-D positions ``start .. start + L - 1`` (decoding after ``start`` tokens): the phases
-    ``n theta_j`` and the real form ``[x cos(phi), x sin(phi)]`` computed as ``md_lrpe`` computes them."""
+    ``n theta_j`` and the real form ``[x cos(phi), x sin(phi)]`` computed as ``md_lrpe`` computes them.
+    ``start`` may be one position per row (B,) (a ragged batch): the phases are then ``(B, 1, L, d)``, for
+    ``x`` of ``(B, H, L, d)`` or ``(L, d)``."""
     (L,) = shape
     d = x.shape[-1]
     real = torch.float64 if x.dtype in (torch.float64, torch.complex128) else torch.float32
     theta = _lrpe_frequencies(d, base, x.device)
-    n = torch.arange(start, start + L, dtype=torch.float64, device=x.device)
-    phi = (n[:, None] * theta[None, :]).to(real)
+    if isinstance(start, torch.Tensor):
+        n = start.to(device=x.device, dtype=torch.float64)[:, None] + torch.arange(L, dtype=torch.float64,
+                                                                                  device=x.device)
+        phi = (n[:, None, :, None] * theta).to(real)                           # (B, 1, L, d)
+    else:
+        n = torch.arange(start, start + L, dtype=torch.float64, device=x.device)
+        phi = (n[:, None] * theta[None, :]).to(real)
     cast = x.dtype if not x.is_complex() else real
     return torch.cat([x * phi.cos().to(cast), x * phi.sin().to(cast)], dim=-1)
 
@@ -154,7 +162,7 @@ class LightNetAttention(nn.Module):
         ``start``: the 1-D position of ``x[:, 0]`` (decoding: the tokens already read)."""
         L = x.shape[1]
         shape = _grid(self.shape, L)
-        if start:
+        if isinstance(start, torch.Tensor) or start:
             if self.shape is not None:
                 raise ValueError(f"start: LightNet on the grid {self.shape} reads the whole grid at once")
             md_lrpe = functools.partial(_lrpe_from, start=start)
@@ -218,6 +226,15 @@ class LightNetAttention(nn.Module):
                                h0=state["decay"], return_state=True)
         return self._readout(o, x), {"t": state["t"] + x.shape[1], "decay": s}
 
+    def step_rows(self, x_t: torch.Tensor, state: dict, t: torch.Tensor, active: torch.Tensor):
+        """One token (B, D) for rows at different positions ``t`` (B,) (a ragged batch, ``seqlab.layers.rows``):
+        each row's LRPE phases from its own position; rows where ``active`` is False keep their state exactly."""
+        x = x_t[:, None]
+        q, k, v, ld = self.mixer_inputs(x, start=t)
+        o, s = decay_attention(q, k, v, decay=self.decay, log_decay=ld, causal=True, mode=self.mode,
+                               h0=state["decay"], return_state=True)
+        return self._readout(o, x)[:, 0], {"t": t + active.long(), "decay": keep_rows(active, s, state["decay"])}
+
     def step(self, x_t: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
         """One token (B, D): eq. 7 (or eq. 2) once from the state, as ``decay_attention`` on a length-1 sequence."""
         y, state = self.prefill(x_t[:, None], state)
@@ -270,6 +287,11 @@ class LightNetLayer(nn.Module):
 
     def step(self, x_t: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
         y, state = self.attn.step(self.norm1(x_t), state)
+        x_t = x_t + y
+        return x_t + self.glu(self.norm2(x_t)), state
+
+    def step_rows(self, x_t: torch.Tensor, state: dict, t: torch.Tensor, active: torch.Tensor):
+        y, state = self.attn.step_rows(self.norm1(x_t), state, t, active)
         x_t = x_t + y
         return x_t + self.glu(self.norm2(x_t)), state
 

@@ -23,8 +23,10 @@ import math
 import torch
 import torch.nn as nn
 
+from seqlab.layers.rows import write_rows
 from seqlab.ops.relation import (RELATION_ACTIVATIONS, RELATION_PRE_NORMS, resolve_mode, relation, relation_query,
                                  relation_state, relation_step)
+from seqlab.ops.relation.streaming import RelationState
 
 __all__ = ["RelationBlock", "CausalRNBlock", "BiRNBlock"]
 
@@ -125,6 +127,27 @@ class RelationBlock(nn.Module):
             state = torch.cat([state, p_t[:, None]], dim=1)
             r_t = relation_query(state, q_t, **kw)
         return self._output(r_t, x_t), state
+
+    def step_rows(self, x_t: torch.Tensor, state, t: torch.Tensor, active: torch.Tensor):
+        """One token ``x_t`` (B, D) for rows at different positions ``t`` (B,) (a ragged batch,
+        ``seqlab.layers.rows``); rows where ``active`` is False keep their state exactly. The linear state's count
+        becomes one per row; the kept ``p_i`` are written at index ``t_r`` of each row, each row's query reads its
+        own ``t_r + 1`` keys (the rows at one position in one call)."""
+        if x_t.dim() != 2 or x_t.shape[-1] != self.d_model:
+            raise ValueError(f"x_t: expected shape (B, {self.d_model}), got {tuple(x_t.shape)}")
+        p_t, q_t = self.project(x_t)
+        kw = self._op_kwargs()
+        if self.streams_in_constant_time:
+            kw.pop("activation")
+            r_t, new = relation_step(p_t, q_t, RelationState(state.log_sum, t), **kw)
+            log_sum = torch.where(active[:, None], new.log_sum, state.log_sum)
+            return self._output(r_t, x_t), RelationState(log_sum, t + active.long())
+        keys, kept = write_rows(state, p_t[:, None], t, active, dim=1)
+        r_t = q_t.new_empty(q_t.shape[0], self.d_hidden)
+        for position in torch.unique(t).tolist():
+            rows = (t == position).nonzero().flatten()
+            r_t[rows] = relation_query(keys[rows, :position + 1], q_t[rows], **kw)
+        return self._output(r_t, x_t), kept
 
 
 def CausalRNBlock(d_model: int, **kwargs) -> RelationBlock:

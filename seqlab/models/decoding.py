@@ -13,14 +13,29 @@ embedding (and its positions, offset by the tokens already read), the final norm
 
 ``forward(x)``, ``prefill(x[:, :P])`` followed by ``step`` for the rest, and ``step`` alone from
 ``init_state`` compute the same logits; ``prefill(b, prefill(a)[1])`` continues ``prefill(a)``.
+
+Prompts of different lengths (a ragged batch) decode together::
+
+    logits, state = model.prefill([[3, 1, 4], [1, 5], [9, 2, 6, 5, 3]])   # or prefill(tokens, lengths=[3, 2, 5])
+    last = logits[torch.arange(3), torch.tensor([3, 2, 5]) - 1]          # each prompt's last logits
+    logits_t, state = model.step(last.argmax(-1), state)                 # every row at its own position
+
+The prompts are right-padded: ``prefill`` reads the tokens all rows share in one parallel pass, then the rest
+by masked steps, in which a row whose prompt is over keeps its state exactly (``where(active, new, old)``,
+``seqlab.layers.rows``) and pads are never read (their logits are zeros). The state then holds one position per
+row, ``state["t"]`` a (B,) tensor: each row's positions (learned or sinusoidal, LightNet's LRPE), counts and KV
+cache (its own entries first, zeros after) are those of its own prompt, and ``step`` advances every row from its
+own position. ``step(tokens_t, state, active=mask)`` is the masked step itself.
 """
 from __future__ import annotations
 
 import torch
 
+from seqlab.layers.rows import keep_rows
 from seqlab.models.common import SequenceModel
+from seqlab.ops.positional import sinusoidal_positions
 
-__all__ = ["DecodingModel", "state_tensors"]
+__all__ = ["DecodingModel", "state_tensors", "ragged_prompt"]
 
 
 def state_tensors(obj):
@@ -66,21 +81,51 @@ class DecodingModel(SequenceModel):
         if state["batch"] != batch or any(t.shape[0] != batch for t in state_tensors(state["blocks"])):
             raise ValueError(f"state: holds {state['batch']} sequences but the tokens have batch size {batch}")
 
-    def _check_positions(self, t: int, n: int, what: str) -> None:
-        if self.max_len is not None and t + n > self.max_len:
-            raise ValueError(f"{what}: positions {t}..{t + n - 1} go beyond this model's max_len={self.max_len}")
+    def _check_positions(self, t, n, what: str) -> None:
+        """Positions ``t .. t + n - 1`` fit the learned table (``t`` and ``n`` ints, or one per row)."""
+        if self.max_len is None:
+            return
+        end = int(torch.as_tensor(t + n).max()) if isinstance(t, torch.Tensor) or isinstance(n, torch.Tensor) \
+            else t + n
+        if end > self.max_len:
+            raise ValueError(f"{what}: positions up to {end - 1} go beyond this model's max_len={self.max_len}")
 
     def _embed_at(self, tokens: torch.Tensor, t: int) -> torch.Tensor:
         """Token embeddings ``(B, P, D)`` of tokens at positions ``t .. t + P - 1``."""
         x = self.embed(tokens)
         return x + self.position_embedding(t, tokens.shape[1], x)
 
-    def prefill(self, tokens: torch.Tensor, state: dict | None = None) -> tuple[torch.Tensor, dict]:
-        """``tokens`` (B, P) in one parallel pass: logits (B, P, vocab_size) and the state after them."""
+    def _positions_at(self, t: torch.Tensor, like: torch.Tensor) -> torch.Tensor | float:
+        """What is added to the embeddings ``like`` (B, D) of tokens at one position per row ``t`` (B,)."""
+        if self.positions == "learned":
+            return self.pos[0, t]
+        if self.positions == "sinusoidal":
+            pe = sinusoidal_positions(0, int(t.max()) + 1, self.d_model, device=like.device, dtype=like.dtype)
+            return self.pos_scale * pe[t]
+        return 0.0
+
+    def _ragged_prompt(self, tokens, lengths) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens, lengths = ragged_prompt(tokens, lengths, self.check_tokens)
+        device = self.embed.weight.device
+        return tokens.to(device), lengths.to(device)
+
+    def prefill(self, tokens, state: dict | None = None, *, lengths=None) -> tuple[torch.Tensor, dict]:
+        """``tokens`` (B, P) in one parallel pass: logits (B, P, vocab_size) and the state after them.
+
+        Prompts of different lengths: ``tokens`` a list of token sequences, or a (B, P) tensor right-padded
+        (pads of any value) with ``lengths`` (B ints, each 1 to P). The shared prefix is read in parallel and the
+        rest by masked steps; row ``r``'s logits ``[:lengths[r]]`` and state are those of its prompt read alone,
+        its logits past them zeros, and the state holds one position per row (the module docstring)."""
         self._check_decoder("prefill")
-        self.check_tokens(tokens)
+        if lengths is None and isinstance(tokens, torch.Tensor):
+            self.check_tokens(tokens)
+        else:
+            tokens, lengths = self._ragged_prompt(tokens, lengths)
         state = self.init_state(tokens.shape[0]) if state is None else state
         self.check_state(state, tokens.shape[0])
+        ragged_state = isinstance(state["t"], torch.Tensor)
+        if ragged_state or (lengths is not None and bool((lengths != tokens.shape[1]).any())):
+            return self._prefill_ragged(tokens, lengths, state)
         t = state["t"]
         self._check_positions(t, tokens.shape[1], "tokens")
         x = self._embed_at(tokens, t)
@@ -92,15 +137,72 @@ class DecodingModel(SequenceModel):
             new.append(s)
         return self.head(self.norm(x)), {**state, "t": t + tokens.shape[1], "blocks": new}
 
-    def step(self, tokens_t: torch.Tensor, state: dict) -> tuple[torch.Tensor, dict]:
+    def _prefill_ragged(self, tokens: torch.Tensor, lengths: torch.Tensor | None, state: dict):
+        """Right-padded prompts (``lengths`` (B,), None: all of width P) after ``state``: the columns every row
+        has (from a state with one position for all rows) in one parallel pass, then masked steps."""
+        B, P = tokens.shape
+        device = self.embed.weight.device
+        lengths = torch.full((B,), P, dtype=torch.long, device=device) if lengths is None else lengths.to(device)
+        self._check_positions(state["t"], lengths, "tokens")
+        common = 0 if isinstance(state["t"], torch.Tensor) else int(lengths.min())
+        parts = []
+        if common:
+            logits, state = self.prefill(tokens[:, :common], state)
+            parts.append(logits)
+        for i in range(common, P):
+            active = lengths > i
+            logits, state = self._step_rows(tokens[:, i], state, active)
+            parts.append(torch.where(active[:, None], logits, torch.zeros_like(logits))[:, None])
+        if not parts:                                       # an empty prompt: the state as it was
+            return self.head(self.norm(self.embed(tokens))), {**state, "blocks": list(state["blocks"])}
+        return torch.cat(parts, dim=1), state
+
+    def _step_rows(self, tokens_t: torch.Tensor, state: dict, active: torch.Tensor):
+        """The masked step: every row at its own position ``state["t"]``; rows where ``active`` (B,) is False
+        keep their state exactly (their logits mean nothing). A block whose state grows or counts per row has
+        ``step_rows``; any other steps and keeps the inactive rows' old state (``seqlab.layers.rows``)."""
+        B = tokens_t.shape[0]
+        t = state["t"]
+        t = t if isinstance(t, torch.Tensor) else torch.full((B,), t, dtype=torch.long, device=active.device)
+        x = self.embed(tokens_t)
+        x = x + self._positions_at(t, x)
+        new = []
+        for block, s in zip(self.blocks, state["blocks"]):
+            if hasattr(block, "step_rows"):
+                x, s = block.step_rows(x, s, t, active)
+            else:
+                x, s_new = block.step(x, s)
+                s = keep_rows(active, s_new, s)
+            new.append(s)
+        return self.head(self.norm(x)), {**state, "t": t + active.long(), "blocks": new}
+
+    def step(self, tokens_t: torch.Tensor, state: dict, *, active=None) -> tuple[torch.Tensor, dict]:
         """``tokens_t`` (B,) at position ``state["t"]`` -> logits (B, vocab_size) and the new state: O(1)
-        work per token for the linear families, O(t) for attention with a KV cache."""
+        work per token for the linear families, O(t) for attention with a KV cache.
+
+        ``active`` (B,) bool: only those rows read their token; the others keep their state exactly (their
+        token is not read and their logits mean nothing). A state with one position per row (after prompts of
+        different lengths) advances each row from its own position."""
         self._check_decoder("step")
         if not isinstance(tokens_t, torch.Tensor) or tokens_t.dim() != 1:
             got = getattr(tokens_t, "shape", tokens_t)
             raise ValueError(f"tokens_t: expected integer tokens of shape (B,), got {got!r}")
+        if active is not None:
+            if (not isinstance(active, torch.Tensor) or active.dtype != torch.bool
+                    or tuple(active.shape) != tuple(tokens_t.shape)):
+                got = f"shape {tuple(active.shape)}, dtype {active.dtype}" if isinstance(active, torch.Tensor) \
+                    else type(active).__name__
+                raise ValueError(f"active: expected a bool tensor of shape {tuple(tokens_t.shape)}, got {got}")
+            active = active.to(self.embed.weight.device)
+            if not (tokens_t.is_floating_point() or tokens_t.is_complex()):
+                tokens_t = tokens_t.masked_fill(~active.to(tokens_t.device), 0)
         self.check_tokens(tokens_t[:, None], "tokens_t")
         self.check_state(state, tokens_t.shape[0])
+        if active is not None or isinstance(state["t"], torch.Tensor):
+            self._check_positions(state["t"], 1, "tokens_t")
+            if active is None:
+                active = torch.ones(tokens_t.shape[0], dtype=torch.bool, device=self.embed.weight.device)
+            return self._step_rows(tokens_t, state, active)
         t = state["t"]
         self._check_positions(t, 1, "tokens_t")
         x = self._embed_at(tokens_t[:, None], t)[:, 0]
@@ -130,3 +232,63 @@ def _prefill_by_steps(block, x: torch.Tensor, state):
         y, state = block.step(x[:, i], state)
         rows.append(y)
     return torch.stack(rows, 1), state
+
+
+def ragged_prompt(tokens, lengths, check_tokens=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(tokens (B, P) right-padded with 0, lengths (B,))`` from a list of token sequences, or from a ``(B, P)``
+    tensor and its ``lengths`` (pads of any value, replaced by 0, and the columns past the longest prompt
+    dropped); a ``ValueError`` naming the argument for anything else. ``check_tokens(tokens)`` checks the ids
+    (a model's vocabulary and longest length)."""
+    check_tokens = check_tokens or (lambda t: None)
+    if isinstance(tokens, (list, tuple)):
+        if lengths is not None:
+            raise ValueError("lengths: a list of prompts gives its own lengths; pass lengths= only with a (B, P) "
+                             "tensor")
+        if not tokens:
+            raise ValueError("tokens: expected at least one prompt, got an empty list")
+        rows = []
+        for i, row in enumerate(tokens):
+            try:
+                row = torch.as_tensor(row)
+            except (TypeError, ValueError, RuntimeError) as err:
+                raise ValueError(f"tokens: prompt {i} must be a sequence of int token ids, got {row!r}") from err
+            if row.dim() == 1 and row.numel() == 0:
+                raise ValueError(f"tokens: prompt {i} is empty; every prompt needs at least one token")
+            if row.dim() != 1 or row.is_floating_point() or row.is_complex() or row.dtype == torch.bool:
+                raise ValueError(f"tokens: prompt {i} must be a sequence of int token ids, got "
+                                 f"shape {tuple(row.shape)}, dtype {row.dtype}")
+            rows.append(row.long())
+        lengths = torch.tensor([len(r) for r in rows])
+        padded = torch.zeros(len(rows), int(lengths.max()), dtype=torch.long)
+        for i, row in enumerate(rows):
+            padded[i, :len(row)] = row
+        check_tokens(padded)
+        return padded, lengths
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
+        got = f"shape {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise ValueError(f"tokens: expected integer tokens of shape (B, P) or a list of token sequences, got {got}")
+    B, P = tokens.shape
+    if isinstance(lengths, torch.Tensor):
+        if lengths.dim() != 1 or lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
+            raise ValueError(f"lengths: expected {B} ints (one per row of tokens), got a tensor of shape "
+                             f"{tuple(lengths.shape)}, dtype {lengths.dtype}")
+        values = lengths.tolist()
+    elif isinstance(lengths, (list, tuple)):
+        values = list(lengths)
+        bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int)]
+        if bad:
+            raise ValueError(f"lengths: expected ints, got {bad[0]!r} ({type(bad[0]).__name__})")
+    else:
+        raise ValueError(f"lengths: expected a list or 1-D tensor of {B} ints, got {type(lengths).__name__}")
+    if len(values) != B:
+        raise ValueError(f"lengths: expected {B} lengths (one per row of tokens), got {len(values)}")
+    for i, n in enumerate(values):
+        if not 1 <= n <= P:
+            raise ValueError(f"lengths: row {i} has length {n}; expected 1 to {P} (the width of tokens)")
+    lengths = torch.tensor(values, dtype=torch.long, device=tokens.device)
+    tokens = tokens[:, :max(values)]
+    pads = torch.arange(tokens.shape[1], device=tokens.device)[None, :] >= lengths[:, None]
+    if not (tokens.is_floating_point() or tokens.is_complex()):
+        tokens = tokens.masked_fill(pads, 0)                # a pad of any value (-1 too) is never read
+    check_tokens(tokens)
+    return tokens, lengths

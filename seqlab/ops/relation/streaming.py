@@ -27,7 +27,8 @@ def relation_query(p, q_t, *, activation="exp", pre_norm="none", normalized=Fals
 
 
 class RelationState(NamedTuple):
-    """Running state of the causal linear reduction: ``log sum_{i<=t} exp(p_i)`` (B, H) and ``t``."""
+    """Running state of the causal linear reduction: ``log sum_{i<=t} exp(p_i)`` (B, H) and ``t`` (an int, or a
+    (B,) tensor when the rows of a ragged batch have read different numbers of tokens)."""
     log_sum: torch.Tensor
     count: int
 
@@ -56,6 +57,7 @@ def relation_step(p_t, q_t, state: RelationState, *, pre_norm="none", normalized
     check_finite_inputs("relation_step", p_t=p_t, q_t=q_t, weight=weight, bias=bias)
     p1, q1 = _prepare(p_t, q_t, pre_norm, weight, bias, eps)
     log_sum = torch.logaddexp(state.log_sum, p1)
-    count = state.count + 1
-    log_r = q1 + log_sum - math.log(count)
+    count = state.count + 1                  # an int, or one per row (B,) for rows at different positions
+    log_count = math.log(count) if not isinstance(count, torch.Tensor) else torch.log(count.to(p1.dtype))[:, None]
+    log_r = q1 + log_sum - log_count
     return check_finite("relation_step", _finish(log_r, normalized, "exp")), RelationState(log_sum, count)
