@@ -1,4 +1,4 @@
-"""Exercises for lessons 01-09, in the spirit of Triton-Puzzles: a small task in code, and a checker that says
+"""Exercises for lessons 01-10, in the spirit of Triton-Puzzles: a small task in code, and a checker that says
 what is wrong.
 
 In a lesson, an exercise cell looks like::
@@ -22,12 +22,17 @@ Functions are called on fresh inputs (awkward lengths included) drawn from a gen
 and compared with the package's reference in float64 at the tolerance the message states; the caller's
 random state is left untouched, so a lesson's output is the same on every run.
 
+Lesson 10's exercises are kernel puzzles: the answer is a ``@triton.jit`` kernel, run in Triton's CPU interpreter
+with every load and store watched, and ``exercises.kernel_picture(id, answer)`` returns a plotly figure of which
+program read and wrote which element (the intended launch while the kernel still has blanks).
+
 ``exercises.list(lesson)`` gives the ids and one-line tasks, ``exercises.hint(id)`` the hint. Solutions are
 in :mod:`seqlab.exercises.solutions` (``solution(id)``), never in the lessons.
 """
 from seqlab.exercises import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07  # noqa: F401
-from seqlab.exercises import lesson08, lesson09  # noqa: F401
+from seqlab.exercises import lesson08, lesson09, lesson10  # noqa: F401
 from seqlab.exercises._core import check, get, hint, ids, list_exercises, notebook_cells
+from seqlab.exercises._kernels import kernel_picture
 from seqlab.exercises._core import texts as _texts
 
 if set(_texts()) != set(ids()):     # every table of texts.toml has its checker (the reverse: @exercise says so)
@@ -35,4 +40,4 @@ if set(_texts()) != set(ids()):     # every table of texts.toml has its checker 
 
 list = list_exercises          # exercises.list(lesson): [(id, task), ...]
 
-__all__ = ["check", "hint", "list", "ids", "get", "notebook_cells"]
+__all__ = ["check", "hint", "list", "ids", "get", "notebook_cells", "kernel_picture"]

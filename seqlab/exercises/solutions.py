@@ -1,4 +1,4 @@
-"""Solutions to the exercises of lessons 01-09: ``solution(id)`` returns an answer that ``check(id, ...)`` accepts
+"""Solutions to the exercises of lessons 01-10: ``solution(id)`` returns an answer that ``check(id, ...)`` accepts
 (``solution("09.3")`` registers the family ``deltaproduct``, as the lesson's cell does).
 
 They live here, in the package, and never in the lessons: try the exercise first, then read the one you need.
@@ -288,6 +288,210 @@ def deltaproduct():                                            # 09.3: registere
     return deltaproduct_rule, "deltaproduct"
 
 
+
+# ----------------------------------------------------------------------------------------------- lesson 10
+# The kernel puzzles: @triton.jit kernels, run by the checkers in Triton's CPU interpreter (seqlab.kernels switches it
+# on where there is no GPU, before these are decorated).
+
+try:
+    import seqlab.kernels  # noqa: F401  (sets TRITON_INTERPRET before any @triton.jit below)
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - Triton ships for Linux only
+    triton = None
+
+if triton is not None:
+
+    @triton.jit
+    def block_cumsum(x_ptr, y_ptr, L, BLOCK: tl.constexpr):                          # 10.1
+        pid = tl.program_id(0)
+        offs = pid * BLOCK + tl.arange(0, BLOCK)               # this program's block of positions
+        mask = offs < L                                        # the last block may run past L
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+        tl.store(y_ptr + offs, tl.cumsum(x, axis=0), mask=mask)
+
+    @triton.jit
+    def first_order(a1, x1, a2, x2):                                                 # 10.2: eq. 13
+        return a1 * a2, a2 * x1 + x2                           # (a1, x1) the earlier pair, (a2, x2) the later
+
+    @triton.jit
+    def scan_block(a_ptr, x_ptr, h0_ptr, h_ptr, L, BLOCK: tl.constexpr):             # 10.2
+        row = tl.program_id(0)
+        t = tl.arange(0, BLOCK)
+        mask = t < L
+        a = tl.load(a_ptr + row * L + t, mask=mask, other=1.0)
+        x = tl.load(x_ptr + row * L + t, mask=mask, other=0.0)
+        A, X = tl.associative_scan((a, x), 0, first_order)    # A_t = a_1 ... a_t, X_t the state reached from 0
+        h0 = tl.load(h0_ptr + row)
+        tl.store(h_ptr + row * L + t, A * h0 + X, mask=mask)
+
+    @triton.jit
+    def scan_tiles(a_ptr, x_ptr, h_ptr, hL_ptr, L, D, BT: tl.constexpr, BD: tl.constexpr):   # 10.3
+        b = tl.program_id(0)
+        cols = tl.program_id(1) * BD + tl.arange(0, BD)
+        rows = tl.arange(0, BT)
+        carry = tl.zeros([BD], dtype=tl.float32)               # the state entering the tile
+        for start in range(0, L, BT):
+            t = start + rows
+            mask = (t < L)[:, None] & (cols < D)[None, :]
+            offs = (b * L + t)[:, None] * D + cols[None, :]
+            a = tl.load(a_ptr + offs, mask=mask, other=1.0)    # past L: the identity pair (1, 0)
+            x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+            A, X = tl.associative_scan((a, x), 0, first_order)
+            h = A * carry[None, :] + X
+            tl.store(h_ptr + offs, h, mask=mask)
+            carry = tl.sum(tl.where(rows[:, None] == BT - 1, h, 0.0), axis=0)   # the tile's last row
+        tl.store(hL_ptr + b * D + cols, carry, mask=cols < D)
+
+    @triton.jit
+    def scan_backward(a_ptr, h_ptr, g_ptr, dx_ptr, da_ptr, L, BLOCK: tl.constexpr):   # 10.4
+        row = tl.program_id(0)
+        t = tl.arange(0, BLOCK)
+        base = row * L
+        a_next = tl.load(a_ptr + base + t + 1, mask=t + 1 < L, other=0.0)            # a_(t+1); none after the last
+        g = tl.load(g_ptr + base + t, mask=t < L, other=0.0)
+        _, dx = tl.associative_scan((a_next, g), 0, first_order, reverse=True)     # dx_t = g_t + a_(t+1) dx_(t+1)
+        h_prev = tl.load(h_ptr + base + t - 1, mask=(t >= 1) & (t < L), other=0.0)   # h_(t-1); h_0 = 0
+        tl.store(dx_ptr + base + t, dx, mask=t < L)
+        tl.store(da_ptr + base + t, dx * h_prev, mask=t < L)
+
+    @triton.jit
+    def complex_first_order(ar1, ai1, xr1, xi1, ar2, ai2, xr2, xi2):                 # 10.5
+        return (ar1 * ar2 - ai1 * ai2, ar1 * ai2 + ai1 * ar2,                  # a1 a2
+                ar2 * xr1 - ai2 * xi1 + xr2, ar2 * xi1 + ai2 * xr1 + xi2)      # a2 x1 + x2
+
+    @triton.jit
+    def complex_scan(a_ptr, x_ptr, h0_ptr, h_ptr, L, BLOCK: tl.constexpr):          # 10.5
+        row = tl.program_id(0)
+        t = tl.arange(0, BLOCK)
+        mask = t < L
+        re = 2 * (row * L + t)                                 # view_as_real: the real part, the imaginary next to it
+        ar = tl.load(a_ptr + re, mask=mask, other=1.0)
+        ai = tl.load(a_ptr + re + 1, mask=mask, other=0.0)
+        xr = tl.load(x_ptr + re, mask=mask, other=0.0)
+        xi = tl.load(x_ptr + re + 1, mask=mask, other=0.0)
+        Ar, Ai, Xr, Xi = tl.associative_scan((ar, ai, xr, xi), 0, complex_first_order)
+        h0r = tl.load(h0_ptr + 2 * row)
+        h0i = tl.load(h0_ptr + 2 * row + 1)
+        tl.store(h_ptr + re, Ar * h0r - Ai * h0i + Xr, mask=mask)             # A h0 + X
+        tl.store(h_ptr + re + 1, Ar * h0i + Ai * h0r + Xi, mask=mask)
+
+    @triton.jit
+    def linear_attention(q_ptr, k_ptr, v_ptr, y_ptr, L, DK, DV,                      # 10.6
+                         C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+        bh = tl.program_id(0)
+        rows = tl.arange(0, C)
+        ck = tl.arange(0, BK)
+        cv = tl.arange(0, BV)
+        S = tl.zeros([BK, BV], dtype=tl.float32)               # the state entering the chunk
+        causal = rows[:, None] >= rows[None, :]
+        for start in range(0, L, C):
+            t = start + rows
+            mk = (t < L)[:, None] & (ck < DK)[None, :]
+            mv = (t < L)[:, None] & (cv < DV)[None, :]
+            q = tl.load(q_ptr + (bh * L + t)[:, None] * DK + ck[None, :], mask=mk, other=0.0)
+            k = tl.load(k_ptr + (bh * L + t)[:, None] * DK + ck[None, :], mask=mk, other=0.0)
+            v = tl.load(v_ptr + (bh * L + t)[:, None] * DV + cv[None, :], mask=mv, other=0.0)
+            A = tl.where(causal, tl.dot(q, tl.trans(k), input_precision="ieee"), 0.0)   # j <= i inside the chunk
+            y = tl.dot(A, v, input_precision="ieee") + tl.dot(q, S, input_precision="ieee")
+            tl.store(y_ptr + (bh * L + t)[:, None] * DV + cv[None, :], y, mask=mv)
+            S += tl.dot(tl.trans(k), v, input_precision="ieee")                     # then the state leaving it
+
+    @triton.jit
+    def decayed_scores(q_ptr, k_ptr, la_ptr, A_ptr, L, DK, C: tl.constexpr, BK: tl.constexpr):   # 10.7
+        bh = tl.program_id(0)
+        rows = tl.arange(0, C)
+        ck = tl.arange(0, BK)
+        t = tl.program_id(1) * C + rows
+        m = (t < L)[:, None] & (ck < DK)[None, :]
+        q = tl.load(q_ptr + (bh * L + t)[:, None] * DK + ck[None, :], mask=m, other=0.0)
+        k = tl.load(k_ptr + (bh * L + t)[:, None] * DK + ck[None, :], mask=m, other=0.0)
+        g = tl.cumsum(tl.load(la_ptr + bh * L + t, mask=t < L, other=0.0), axis=0)  # from the chunk's start
+        causal = rows[:, None] >= rows[None, :]
+        decay = tl.exp(tl.where(causal, g[:, None] - g[None, :], -float("inf")))   # exponents <= 0, masked first
+        A = tl.dot(q, tl.trans(k), input_precision="ieee") * decay
+        tl.store(A_ptr + (bh * L + t)[:, None] * C + rows[None, :], A, mask=(t < L)[:, None])
+
+    @triton.jit
+    def subchunk_block(q_ptr, k_ptr, la_ptr, A_ptr, L, DK, S: tl.constexpr, BK: tl.constexpr):   # 10.8
+        bh = tl.program_id(0)
+        c = tl.program_id(1)
+        s = tl.arange(0, S)
+        ck = tl.arange(0, BK)
+        tj = c * 2 * S + s                                     # the keys: the chunk's first sub-chunk
+        ti = tj + S                                            # the queries: its second; the boundary between
+        mj = (tj < L)[:, None] & (ck < DK)[None, :]
+        mi = (ti < L)[:, None] & (ck < DK)[None, :]
+        k = tl.load(k_ptr + (bh * L + tj)[:, None] * DK + ck[None, :], mask=mj, other=0.0)
+        la_j = tl.load(la_ptr + (bh * L + tj)[:, None] * DK + ck[None, :], mask=mj, other=0.0)
+        q = tl.load(q_ptr + (bh * L + ti)[:, None] * DK + ck[None, :], mask=mi, other=0.0)
+        la_i = tl.load(la_ptr + (bh * L + ti)[:, None] * DK + ck[None, :], mask=mi, other=0.0)
+        from_boundary = tl.cumsum(la_i, axis=0)                               # log a_n + ... + log a_i
+        to_boundary = tl.cumsum(la_j, axis=0, reverse=True) - la_j            # log a_(j+1) + ... + log a_(n-1)
+        A = tl.dot(q * tl.exp(from_boundary), tl.trans(k * tl.exp(to_boundary)), input_precision="ieee")
+        blocks = tl.num_programs(1)
+        tl.store(A_ptr + ((bh * blocks + c) * S + s[:, None]) * S + s[None, :], A)
+
+    @triton.jit
+    def gateloop_step(q_ptr, k_ptr, v_ptr, a_ptr, S_ptr, y_ptr, DK, DV, BK: tl.constexpr, BV: tl.constexpr):  # 10.9
+        bh = tl.program_id(0)
+        ck = tl.arange(0, BK)
+        cv = tl.program_id(1) * BV + tl.arange(0, BV)          # this program's value channels
+        mk = ck < DK
+        mv = cv < DV
+        q = tl.load(q_ptr + bh * DK + ck, mask=mk, other=0.0)
+        k = tl.load(k_ptr + bh * DK + ck, mask=mk, other=0.0)
+        a = tl.load(a_ptr + bh * DK + ck, mask=mk, other=0.0)
+        v = tl.load(v_ptr + bh * DV + cv, mask=mv, other=0.0)
+        offs = bh * DK * DV + ck[:, None] * DV + cv[None, :]
+        m = mk[:, None] & mv[None, :]
+        S = tl.load(S_ptr + offs, mask=m, other=0.0)
+        S = a[:, None] * S + k[:, None] * v[None, :]           # S_t = diag(a_t) S_(t-1) + k_t^T v_t
+        tl.store(S_ptr + offs, S, mask=m)
+        tl.store(y_ptr + bh * DV + cv, tl.sum(q[:, None] * S, axis=0), mask=mv)     # y_t = q_t S_t
+
+    @triton.jit
+    def ut_transform_kernel(k_ptr, v_ptr, beta_ptr, w_ptr, u_ptr, L, DK, DV,         # 10.10
+                            C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+        bh = tl.program_id(0)
+        rows = tl.arange(0, C)
+        ck = tl.arange(0, BK)
+        cv = tl.arange(0, BV)
+        t = tl.program_id(1) * C + rows
+        mk = (t < L)[:, None] & (ck < DK)[None, :]
+        mv = (t < L)[:, None] & (cv < DV)[None, :]
+        k = tl.load(k_ptr + (bh * L + t)[:, None] * DK + ck[None, :], mask=mk, other=0.0)
+        v = tl.load(v_ptr + (bh * L + t)[:, None] * DV + cv[None, :], mask=mv, other=0.0)
+        beta = tl.load(beta_ptr + bh * L + t, mask=t < L, other=0.0)
+        gram = tl.sum(k[:, None, :] * k[None, :, :], axis=2)                      # (C, C): k_r . k_i
+        A = tl.where(rows[:, None] > rows[None, :], beta[:, None] * gram, 0.0)  # tril(diag(beta) K K^T, -1)
+        W = beta[:, None] * k                                  # the right-hand sides, solved row by row in place
+        U = beta[:, None] * v
+        for r in range(1, C):                                  # forward substitution: row r reads rows i < r
+            a_r = tl.sum(tl.where(rows[:, None] == r, A, 0.0), axis=0)           # row r of the system
+            W = tl.where(rows[:, None] == r, W - tl.sum(a_r[:, None] * W, axis=0)[None, :], W)
+            U = tl.where(rows[:, None] == r, U - tl.sum(a_r[:, None] * U, axis=0)[None, :], U)
+        tl.store(w_ptr + (bh * L + t)[:, None] * DK + ck[None, :], W, mask=mk)
+        tl.store(u_ptr + (bh * L + t)[:, None] * DV + cv[None, :], U, mask=mv)
+
+
+def block_cumsum_grid(L, BLOCK):                               # 10.1: one program a block, the last one partial
+    return (triton.cdiv(L, BLOCK),)
+
+
+def _kernel(name):
+    """A lesson-10 solution: its kernel where Triton is installed (else a RuntimeError saying so)."""
+    def get_kernel():
+        if triton is None:
+            raise RuntimeError(f"solution {name}: the kernel puzzles need Triton, which ships for Linux only")
+        return globals()[name]
+    return get_kernel
+
+
+def _block_cumsum():
+    return _kernel("block_cumsum")(), block_cumsum_grid
+
+
 _SOLUTIONS = {
     "01.1": lambda: reduce, "01.2": lambda: linear_reduce, "01.3": lambda: dict(STATE_SIZES),
     "02.1": lambda: scan, "02.2": lambda: NU_THETA, "02.3": lambda: broken_combine,
@@ -298,6 +502,10 @@ _SOLUTIONS = {
     "07.1": lambda: lightnet_step, "07.2": lambda: CROSSOVER, "07.3": lambda: generate,
     "08.1": lambda: mqar_labels, "08.2": lambda: core, "08.3": lambda: set(GROWING),
     "09.1": lambda: ut_transform, "09.2": lambda: state_pass_backward, "09.3": deltaproduct,
+    "10.1": _block_cumsum, "10.2": _kernel("scan_block"), "10.3": _kernel("scan_tiles"),
+    "10.4": _kernel("scan_backward"), "10.5": _kernel("complex_scan"), "10.6": _kernel("linear_attention"),
+    "10.7": _kernel("decayed_scores"), "10.8": _kernel("subchunk_block"), "10.9": _kernel("gateloop_step"),
+    "10.10": _kernel("ut_transform_kernel"),
 }
 
 
