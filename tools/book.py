@@ -63,6 +63,8 @@ SUMMARIES = {
           "to build next: the read-back error of an outer-product state, and short convolutions.",
     "09": "The delta rule: DeltaNet reads before it writes, its transition the identity minus rank one; the chunked "
           "UT form for all chunks at once, Gated DeltaNet's decay, and MQAR against the Linear Transformer.",
+    "10": "Writing the kernels: ten Triton puzzles, from a block's cumulative sum to the UT transform, checked in "
+          "Triton's CPU interpreter, with a picture of what each program reads and writes.",
 }
 
 # The papers, as the README's references table lists them.

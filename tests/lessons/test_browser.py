@@ -75,7 +75,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from seqlab.viz.nbstate import LAB_ARGS, PLOTLY_KEY, STATE_KEY, VIEW_KEY
 
 TOUR = REPO / "notebooks" / "00_welcome.ipynb"
-LESSONS = sorted((REPO / "notebooks").glob("0*.ipynb"))
+LESSONS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 ARTIFACTS = REPO / "test-artifacts"
 # The JupyterLab settings every learner gets (also written by workbench.py): no news toast.
 LAB_OVERRIDES = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False},

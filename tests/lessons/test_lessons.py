@@ -12,7 +12,7 @@ import sys
 import pytest
 from helpers import REPO
 
-LESSONS = sorted((REPO / "notebooks").glob("0*.ipynb"))
+LESSONS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
@@ -38,10 +38,10 @@ def test_lesson_file(path):
         assert base64.b64decode(data["image/png"])[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_there_are_ten_lessons():
-    assert [p.name[:2] for p in LESSONS] == ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09"]
+def test_there_are_eleven_lessons():
+    assert [p.name[:2] for p in LESSONS] == ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10"]
     assert [p.name for p in LESSONS[6:]] == ["06_chunkwise_parallel_form.ipynb", "07_inference.ipynb", "08_arena.ipynb",
-                                             "09_delta_rule.ipynb"]
+                                             "09_delta_rule.ipynb", "10_writing_the_kernels.ipynb"]
 
 
 # A rounding-level value as a lesson would print it: 1e-13 and below in any format, a float32-sized error printed to

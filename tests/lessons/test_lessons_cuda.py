@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers import REPO
 
-LESSONS = sorted((REPO / "notebooks").glob("0*.ipynb"))
+LESSONS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

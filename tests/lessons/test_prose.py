@@ -8,7 +8,7 @@ import sys
 import pytest
 from helpers import REPO
 
-LESSONS = sorted((REPO / "notebooks").glob("0*.ipynb"))
+LESSONS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 FIRST_SCREEN_WORDS = 180        # markdown words before the first code cell
 PAPER_NUMBER = re.compile(r"\b00[0-4]\b")     # the repository's numbers of the papers
 
