@@ -32,7 +32,9 @@ in :mod:`seqlab.exercises.solutions` (``solution(id)``), never in the lessons.
 from seqlab.exercises import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07  # noqa: F401
 from seqlab.exercises import lesson08, lesson09, lesson10  # noqa: F401
 from seqlab.exercises._core import check, get, hint, ids, list_exercises, notebook_cells
-from seqlab.exercises._kernels import kernel_picture
+from seqlab.exercises._kernels import kernel_picture, triton_modules
+
+triton, tl = triton_modules()       # the puzzle cells' Triton: itself, or a stand-in where it is not installed
 from seqlab.exercises._core import texts as _texts
 
 if set(_texts()) != set(ids()):     # every table of texts.toml has its checker (the reverse: @exercise says so)

@@ -18,7 +18,10 @@ The interpreter is required: it alone lets Python watch each memory access. On a
 from __future__ import annotations
 
 import dis
+import functools
+import inspect
 import linecache
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -27,13 +30,64 @@ import torch
 
 from seqlab.exercises._core import NotAnswered, Wrong, get, short
 
-__all__ = ["kernel_of", "blanks", "unavailable", "launch", "Trace", "output", "picture", "kernel_picture",
+__all__ = ["triton_modules", "kernel_of", "blanks", "unavailable", "launch", "Trace", "output", "picture", "kernel_picture",
            "picture_case"]
 
 GAP = 1024          # elements of NaN between two tensors of the arena, and before the first and after the last
 
 
 # ----------------------------------------------------------------------------------------------- the answer
+
+
+class _NotInstalled:
+    """A name of Triton where Triton is not installed: an annotation (``tl.constexpr``) may name it; calling it says
+    why nothing runs."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"{self.name}: Triton is not installed here (it ships for Linux only)")
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _NotInstalled(f"{self.name}.{name}")
+
+
+class _StandInKernel:
+    """What ``@triton.jit`` makes where Triton is not installed: the function, for the checker to read (its blanks),
+    never launched."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.arg_names = list(inspect.signature(fn).parameters)
+        functools.update_wrapper(self, fn)
+
+    def __getitem__(self, grid):
+        raise RuntimeError(f"{self.fn.__name__}: Triton is not installed here (it ships for Linux only), so no kernel "
+                           f"can be launched")
+
+
+def _stand_in_jit(fn=None, **options):
+    return _StandInKernel(fn) if fn is not None else _StandInKernel
+
+
+def triton_modules():
+    """``(triton, triton.language)`` for a puzzle cell: Triton itself, or where it is not installed (macOS, Windows)
+    stand-ins under which the cell still defines its kernel (``@triton.jit`` keeps the function, ``tl.constexpr``
+    annotates) and the checker says that no kernel can run here."""
+    try:
+        import seqlab.kernels  # noqa: F401  (the interpreter is switched on before Triton decorates anything)
+        import triton
+        import triton.language as tl
+        return triton, tl
+    except ImportError:
+        triton, tl = types.ModuleType("triton"), types.ModuleType("triton.language")
+        triton.jit, triton.cdiv = _stand_in_jit, _NotInstalled("triton.cdiv")
+        triton.language = tl
+        tl.__getattr__ = lambda name: _NotInstalled(f"tl.{name}")    # module-level __getattr__ (PEP 562)
+        return triton, tl
 
 
 def _is_kernel(obj) -> bool:

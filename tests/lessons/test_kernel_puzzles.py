@@ -251,3 +251,21 @@ def test_check_leaves_the_random_stream_and_the_interpreter_as_they_were():
     first = run("10.6", solution("10.6"))
     assert torch.equal(before, torch.rand(3)) and first == run("10.6", solution("10.6"))
     assert "create_masked_load" not in vars(interpreter.interpreter_builder)        # the watch is gone
+
+
+def test_a_puzzle_cell_runs_where_triton_is_not_installed():
+    """macOS and Windows have no Triton: the cell's import gives stand-ins, the kernel is still defined, the untouched
+    cell prints 'not answered yet', and the picture says that there is none."""
+    import subprocess
+    import sys
+
+    from seqlab.exercises.solutions import solution  # noqa: F401  (the stub text comes from the registry)
+
+    _, stub = exercises.notebook_cells(10)[1]
+    script = ("import sys\nsys.modules['triton'] = None\nsys.modules['triton.language'] = None\n"
+              "from seqlab import exercises\n" + stub + "\n"
+              "print('PICTURE', exercises.kernel_picture('10.2', answer).layout.title.text)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Exercise 10.2: not answered yet" in out.stdout
+    assert "PICTURE Exercise 10.2: no picture" in out.stdout, out.stdout[-800:]
