@@ -9,6 +9,16 @@ read from kept weights, and a snapshot of the record staged for a commit. One su
     .venv/bin/python tools/recall_sweep.py steps-probe linear-transformer --dry-run   # only say which cell and rate
     .venv/bin/python tools/recall_sweep.py answers [RECORD [CHECKPOINT_DIR]]
     .venv/bin/python tools/recall_sweep.py snapshot [--lesson] && git commit -m "Recall sweep: ..."
+    .venv/bin/python tools/recall_sweep.py plan [--budget 60] [--write]   # the next sitting: cells, CPU-hours
+
+**The next sitting** (``plan``, issue #65: the frontier measured, not bracketed): the cells
+``seqlab.experiments.recall_sweep_next`` proposes from the finished medium record (bracket refinement, the cells whose
+runs still rose at the end, DeltaNet and Gated DeltaNet, each addition against a base of equal state, the LRNN's
+state alone, 16 pairs at 128 tokens), each with why, its width, parameters and state (and per layer), and an estimate
+of its CPU-hours from the recorded ``wall_s`` of the most similar cell; the budget (``--budget``, 60 CPU-hours) is
+spent in that order and the rest deferred. The record's provenance (runs without a commit, runs on changed code) is
+said. ``--write`` writes the profiles of what the budget takes, ``configs/medium/frontier/recall-sweep.toml`` (and
+``configs/medium/frontier-128/recall-sweep.toml`` when any of it is taken), and the command prints how to start them.
 
 **On a lent machine** (the `device` tool's `run`; its GPU when it has one: `fit`'s device is "auto"), the command
 that ``device-command`` prints here (it names the commit carried, which the copy there cannot read, for each run's
@@ -323,6 +333,125 @@ def snapshot(lesson: bool = False) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------------------------- the next sitting
+
+
+FRONTIER = ROOT / "configs" / "medium"
+
+
+def step_ratios(entries: list[dict], rows: list[dict], cfg: dict, repeats: int = 5) -> dict:
+    """``{cell label: its training step's time over the reference's}`` for the cells of the families the record has no
+    run of (DeltaNet), timed here on one thread (``benchmarks/recall_sweep.py``'s ``step_ms``, the median of
+    ``repeats`` steps at the fewest pairs, the least of three such medians: the least disturbed by other work on the
+    machine): what the estimate scales the sweep's recorded Transformer steps by."""
+    import importlib.util
+
+    import torch
+
+    from seqlab import config, models
+    from seqlab.experiments.recall_sweep_next import profile_cfg
+    from seqlab.experiments.recall_sweep_plan import cell_label, cell_width, model_config
+
+    known = {r["family"] for r in rows}
+    cells = {cell_label(e): e for e in entries if e["family"] not in known}
+    if not cells:
+        return {}
+    spec = importlib.util.spec_from_file_location("bench_recall_sweep", ROOT / "benchmarks" / "recall_sweep.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    task, pairs = cfg["mqar"], min(cfg["pairs"])
+
+    def ms(family: str, knobs: dict) -> float:
+        torch.manual_seed(0)
+        width = cell_width(family, knobs, profile_cfg("frontier", cfg))
+        model = models.build(family, vocab_size=task["vocab_size"], seq_len=task["seq_len"],
+                             **model_config(family, knobs, width["d_model"], cfg["n_layers"]))
+        return min(bench.step_ms(model, task["vocab_size"], cfg["batch_size"], task["seq_len"], pairs, repeats)
+                   for _ in range(3))
+
+    with config.one_math_thread():
+        reference = ms(cfg["reference"], {})
+        return {label: round(ms(e["family"], e["knobs"]) / reference, 3) for label, e in cells.items()}
+
+
+def plan_next(record: Path = RECORD, budget: float = 60.0, write: bool = False, folder: Path = FRONTIER,
+              timing: bool = True) -> dict:
+    """Print the next sitting's cells and their CPU-hours (module docstring); with ``write``, write its profiles
+    under ``folder``; ``timing``: time the steps of the families the record lacks (:func:`step_ratios`), else scale
+    their arena runs. Returns ``{"chosen", "deferred", "notes", "flags", "written", "ratios"}``."""
+    sys.path.insert(0, str(ROOT))
+    from seqlab.experiments import recall_sweep_next as N
+    from seqlab.experiments.arena_results import load
+    from seqlab.experiments.recall_sweep_plan import cell_label, cell_rows, plan_cells
+
+    data = load(record)
+    cfg = data["config"]
+    rows = cell_rows(data["runs"], plan_cells(cfg), cfg)
+    entries, notes = N.propose(rows, cfg)
+    arena = N.arena_times(Path(record).parent)
+    ratios = step_ratios(entries, rows, cfg) if timing else {}
+    for e in entries:
+        e.update(N.estimate(e, rows, data["runs"], cfg, arena, ratios=ratios))
+    chosen, deferred = N.select(entries, budget, cfg)
+    flags = N.flags(data["runs"], rows, chosen)
+    proto = N.PROTOCOL
+    print(f"The recall sweep's next sitting, from {Path(record).name} ({len(data['runs'])} runs). Protocol: a cap of "
+          f"{proto['steps']} steps (the cosine's length; the old runs' 6000 x 2), each run stopped at the first "
+          f"evaluation reaching {proto['stop_at']} validation accuracy, training sequences drawn fresh every step; "
+          "every cell trained again from step 0 under it (old runs cannot be continued: module "
+          "seqlab.experiments.recall_sweep_next).")
+    head = (f"{'':1} {'tier':<11} {'profile':<12} {'cell':<62} {'pairs':>5} {'d_model':>7} {'params (x)':>14} "
+            f"{'state':>7} {'a layer':>7} {'runs':>4} {'steps':>6} {'s/step':>6} {'CPU-h':>5} {'sum':>6}  similar; why")
+    print(head)
+    print("-" * len(head))
+    total = 0.0
+    for e in sorted(entries, key=lambda e: (e not in chosen, N.order(e, cfg))):
+        total += e["cpu_h"]
+        params = f"{e['params']:,} ({e['budget']:.2f})" if e.get("params") else "—"
+        print(f"{'*' if e in chosen else ' '} {e['tier']:<11} {e['profile']:<12} {cell_label(e):<62} {e['pairs']:>5} "
+              f"{e.get('d_model') or '—':>7} {params:>14} {e['state']:>7,} {e['state_per_layer']:>7,} {e['runs']:>4} "
+              f"{e['steps']:>6} {e['s_per_step']:>6.3f} {e['cpu_h']:>5.2f} {total:>6.1f}  {e['similar']}; {e['why']}")
+    took = sum(e["cpu_h"] for e in chosen)
+    print(f"\nchosen (*): {len(chosen)} cells x pairs, about {took:.1f} CPU-hours (budget {budget:g}); deferred: "
+          f"{len(deferred)}, about {sum(e['cpu_h'] for e in deferred):.1f} CPU-hours; the whole plan about "
+          f"{took + sum(e['cpu_h'] for e in deferred):.1f}. Each run is counted at the steps its most similar old run "
+          "took to reach 0.99 (the cap where it did not): an estimate, the schedule being longer; DeltaNet's, never "
+          "run here, at the cap: a bound.")
+    if ratios:
+        print("steps timed here, x the Transformer's: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
+    for line in notes:
+        print(f"note: {line}")
+    for line in flags:
+        print(f"provenance: {line}")
+    written = []
+    profiles = sorted({e["profile"] for e in chosen})
+    if write:
+        for profile in profiles:
+            path = folder / profile / "recall-sweep.toml"
+            mine = [e for e in chosen if e["profile"] == profile]
+            header = [f"The recall sweep's next sitting, profile {profile!r} (issue #65), written by",
+                      f"`{PROG} plan --budget {budget:g} --write` from {Path(record).name} ({len(data['runs'])} runs):",
+                      f"{len(mine)} cells x pairs, about {sum(e['cpu_h'] for e in mine):.1f} CPU-hours by the recorded "
+                      "wall_s of the most similar cells.", "",
+                      f"Runs to convergence: steps = {proto['steps']} is the cap (and the cosine's length), stop_at = "
+                      f"{proto['stop_at']} stops a run", "at the first evaluation reaching it, fresh = true draws the "
+                      "training sequences new at every step", "(train_size is then not used). A record of its own: "
+                      f"results/arena/recall-sweep-{profile}.json.", "Each cell says why it is here (the tier of "
+                      "seqlab.experiments.recall_sweep_next).", "",
+                      f"  .venv/bin/python -m seqlab experiment recall-sweep profile=configs/medium/{profile} "
+                      "checkpoint_dir=results/.runs/recall-sweep"]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(N.profile_text(chosen, cfg, profile, header))
+            written.append(path)
+            print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    for profile in profiles:
+        print(f"start: nohup nice -n 5 .venv/bin/python -m seqlab experiment recall-sweep "
+              f"profile=configs/medium/{profile} checkpoint_dir=results/.runs/recall-sweep "
+              f">> /tmp/recall-sweep-{profile}.log 2>&1 &")
+    return {"chosen": chosen, "deferred": deferred, "notes": notes, "flags": flags, "written": written,
+            "ratios": ratios}
+
+
 # ----------------------------------------------------------------------------------------------- the command line
 
 
@@ -348,6 +477,11 @@ def make_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("answers", help="add the answers read from kept weights to the runs without them")
     p.add_argument("record", type=Path, nargs="?", default=RECORD)
     p.add_argument("checkpoint_dir", type=Path, nargs="?", default=CHECKPOINTS)
+    p = sub.add_parser("plan", help="the next sitting: its cells, why, and their CPU-hours; --write its profiles")
+    p.add_argument("--record", type=Path, default=RECORD)
+    p.add_argument("--budget", type=float, default=60.0, help="CPU-hours the sitting may spend (default 60)")
+    p.add_argument("--write", action="store_true", help="write configs/medium/<profile>/recall-sweep.toml")
+    p.add_argument("--no-timing", action="store_true", help="scale the arena's DeltaNet runs instead of timing steps")
     p = sub.add_parser("snapshot", help="stage the record and its page (and lesson 08 executed on it) for a commit")
     p.add_argument("--lesson", action="store_true", help="execute lesson 08 on the record and stage it too")
     return parser
@@ -370,6 +504,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "answers":
         return add_answers(args.record, args.checkpoint_dir)
+    if args.command == "plan":
+        plan_next(args.record, args.budget, args.write, timing=not args.no_timing)
+        return 0
     return snapshot(lesson=args.lesson)
 
 

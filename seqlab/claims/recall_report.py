@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["sweep_file", "sweep_rows", "sweep_figure", "sweep_section", "threshold_text", "FIGURE_TITLE"]
+__all__ = ["sweep_file", "sweep_rows", "sweep_figure", "sweep_section", "threshold_text", "cell_notes",
+           "FIGURE_TITLE"]
 
 FIGURE_TITLE = "MQAR recall against state size (medium recall sweep)"
 
@@ -41,32 +42,55 @@ def _seeds(row: dict) -> str:
 
 def threshold_text(entry: dict | None) -> str:
     """A family's threshold as the page and lesson 08 write it: the state, "none of" the sizes finished, or
-    "pending", with the sizes still to come."""
+    "pending", with the sizes still to come and those undecided (a seed still learning at the cap)."""
     if entry is None:
         return "—"
     pending = f" ({len(entry['pending'])} size{'s' if len(entry['pending']) != 1 else ''} pending)" \
         if entry["pending"] else ""
+    if entry.get("undecided"):
+        pending += f" (undecided: {', '.join(f'{s:,}' for s in entry['undecided'])}, still learning)"
     if entry["state"] is not None:
         return f"{entry['state']:,}{pending}"
     if not entry["sizes"]:
-        return "pending"
+        return "pending" if not entry.get("undecided") else pending.strip()
     return f"none of {', '.join(f'{s:,}' for s in entry['sizes'])}{pending}"
+
+
+def cell_notes(row: dict) -> str:
+    """What a cell's runs at its chosen rate say beyond their accuracy: seeds still learning at the cap, curves that
+    rose at the end (the old protocol's runs record no ``still_learning``), runs without a commit or on changed
+    code ("—": none)."""
+    said = [f"{what}: seed {', '.join(map(str, row[key]))}" for key, what in
+            (("still_learning", "still learning"), ("no_commit", "no commit"), ("dirty", "dirty"))
+            if row.get(key)]
+    if row.get("rose") and not row.get("still_learning"):
+        said.insert(0, f"rose at the end: seed {', '.join(map(str, row['rose']))}")
+    return "; ".join(said) or "—"
+
+
+def _protocol_text(cfg: dict) -> str:
+    steps = (f"up to {cfg['steps']} steps (a run stops at the first evaluation reaching {cfg['stop_at']} validation "
+             f"accuracy)" if cfg.get("stop_at") is not None else f"{cfg['steps']} steps")
+    data = ("training sequences drawn fresh at every step" if cfg.get("fresh")
+            else f"{cfg['train_size']:,} training sequences a seed")
+    return steps, data
 
 
 def sweep_section(out: Path) -> list[str]:
     """The section's lines (module docstring); the figure is linked where ``write_summary`` drew it."""
     from seqlab.experiments.recall_sweep_plan import control_verdicts
-    from seqlab.experiments.recall_sweep_results import RECALLS, answers, effects, thresholds
+    from seqlab.experiments.recall_sweep_results import RECALLS, answers, effects, matched_effects, thresholds
 
     data, rows = sweep_rows(out)
     cfg, task = data["config"], data["config"]["mqar"]
     finished = sum(r["status"] == "done" for r in rows)
     pairs = cfg["pairs"]
+    steps, data_text = _protocol_text(cfg)
     lines = ["## The recall sweep: `arena/recall-sweep-medium.json`", "",
              f"MQAR with Zoology's filler, {task['vocab_size']} tokens, {task['seq_len']} tokens a sequence, "
-             f"{', '.join(map(str, pairs))} key-value pairs, {cfg['train_size']:,} training sequences a seed; every "
+             f"{', '.join(map(str, pairs))} key-value pairs, {data_text}; every "
              f"family at the parameters of a {cfg['n_layers']}-layer Transformer of `d_model` {cfg['width']} (or the "
-             f"budget said), each at several settings of the knob that sets its state; {cfg['steps']} steps of batch "
+             f"budget said), each at several settings of the knob that sets its state; {steps} of batch "
              f"{cfg['batch_size']}; seed 0 searches the rate ({', '.join(f'{lr:g}' for lr in cfg['lrs'])}, extended "
              f"past an edge), seeds 1-{cfg['seeds'] - 1} run at it (and at seed 0's next-best rate that reached "
              f"{cfg['learned_at']} where seed 0 reached it and another seed did not; the rate where most seeds did is "
@@ -98,6 +122,14 @@ def sweep_section(out: Path) -> list[str]:
     lines += [f"| {e['pairs']} | {e['cell']} | {e['base']} | "
               + (f"{e['mean']:.3f} / {e['base_mean']:.3f}" if e["mean"] is not None else "—") + f" | {e['verdict']} |"
               for e in effects(rows)]
+    matched = matched_effects(rows)
+    if matched:
+        lines += ["", "Each addition against the cell without it nearest in state (within 10 %):", "",
+                  "| pairs | cell | state | against | state | test accuracy: with / without | verdict |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {e['pairs']} | {e['cell']} | {e['state']:,} | {e['base']} | {e['base_state']:,} | "
+                  + (f"{e['mean']:.3f} / {e['base_mean']:.3f}" if e["mean"] is not None else "—")
+                  + f" | {e['verdict']} |" for e in matched]
     told = [(r, a) for r in rows for a in [answers(r, data["runs"])] if a]
     if told:
         lines += ["", "How the cells answered (the test queries of every seed at the chosen rate): the accuracy on the "
@@ -110,14 +142,21 @@ def sweep_section(out: Path) -> list[str]:
                   f" | {'—' if a['another_value'] is None else format(a['another_value'], '.2f')} |"
                   for r, a in sorted(told, key=lambda ra: (ra[0]["pairs"], ra[0]["group"] != "reference", ra[0]["family"],
                                                      ra[0]["state_size"]))]
+    unknown = [r for r in data["runs"] if not r.get("commit")]
+    dirty = [r for r in data["runs"] if r.get("dirty")]
     lines += ["", "Every cell (the rates: seed 0's validation accuracy at each; test accuracy per seed at the chosen "
-                  "rate):", "", "| pairs | cell | d_model | parameters (x budget) | state | rates searched | chosen | "
-                  "test accuracy per seed | mean ± spread | status |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "rate; notes on those seeds' runs: still learning at the cap, a curve that rose by more than 0.02 "
+                  "over its last fifth, no commit recorded, code changed from its commit). "
+              + f"Of the {len(data['runs'])} runs, {len(unknown)} recorded no commit and {len(dirty)} ran changed code "
+                "(`dirty`).", "", "| pairs | cell | d_model | parameters (x budget) | state | rates searched | chosen | "
+                "test accuracy per seed | mean ± spread | status | notes |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["pairs"], r["group"] != "reference", r["family"], r["state_size"])):
         searched = ", ".join(f"{float(lr):g}: {v:.3f}" for lr, v in r["searched"].items()) or "—"
         mean = f"{r['mean']:.3f} ± {r['spread']:.3f}" if r["spread"] is not None else (
             f"{r['mean']:.3f}" if r["mean"] is not None else "—")
         chosen = f"{r['chosen_lr']:g}" + (" (edge)" if r["lr_at_edge"] else "") if r["chosen_lr"] else "—"
         lines.append(f"| {r['pairs']} | {r['cell']} | {r['d_model']} | {r['params']:,} ({r['budget']:.2f}) | "
-                     f"{r['state_size']:,} | {searched} | {chosen} | {_seeds(r)} | {mean} | {r['status']} |")
+                     f"{r['state_size']:,} | {searched} | {chosen} | {_seeds(r)} | {mean} | {r['status']} | "
+                     f"{cell_notes(r)} |")
     return lines

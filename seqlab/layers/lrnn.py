@@ -185,17 +185,18 @@ def _alpha_param() -> nn.Parameter:
 class LRNNBlock(nn.Module):
     """The first half of Fig. 1 alone (the "LRNN-only" block of 002 §3.5): ``x <- (1-α1) x + α1 MLP1(LRNN1(x))``.
 
-    ``d_hidden``: LRNN1's state width (complex numbers; default ``d_model``), also MLP1's hidden width.
+    ``d_hidden``: LRNN1's state width (complex numbers; default ``d_model``), also MLP1's hidden width unless
+    ``d_mlp`` names another (then the state moves without the MLP's ``d_hidden^2`` term: a knob of the state alone).
     ``short_conv=w``: a causal depthwise convolution of ``w`` taps on LRNN1's input (``seqlab.layers.conv``;
     not in the paper)."""
 
     def __init__(self, d_model: int, *, d_hidden: int | None = None, norm: bool = True, mode: str = "auto",
-                 short_conv: int = 0, **lrnn_kwargs):
+                 short_conv: int = 0, d_mlp: int | None = None, **lrnn_kwargs):
         super().__init__()
         d_hidden = d_hidden or d_model
         self.norm1 = nn.LayerNorm(d_model) if norm else nn.Identity()
         self.lrnn1 = LRNN(d_model, d_hidden, mode=mode, **lrnn_kwargs)
-        self.mlp1 = MLP(d_hidden, d_hidden, d_model)
+        self.mlp1 = MLP(d_hidden, d_mlp or d_hidden, d_model)
         self.p1 = _alpha_param()
         self.conv = make_short_conv(d_model, short_conv)
 

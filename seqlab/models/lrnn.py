@@ -76,19 +76,25 @@ def _check_config(d_model: int, n_layers: int) -> None:
 @register("lrnn")
 def build_lrnn(*, vocab_size: int, num_classes: int | None = None, seq_len: int | None = None, d_model: int = 64,
                n_layers: int = 2, norm: bool = True, mode: str = "auto", r_min: float = 0.9, r_max: float = 0.999,
-               gamma_norm: bool = True, d_state: int | None = None, short_conv: int = 0) -> SequenceModel:
+               gamma_norm: bool = True, d_state: int | None = None, short_conv: int = 0,
+               d_mlp: int | None = None) -> SequenceModel:
     """LRNN-only blocks (002 §3.5 ablation). Any length; causal, so it is also a language model. Initialised by
     the LRU's ring init of lambda (``"lru-ring"``), embeddings N(0, 1), head N(0, 0.02).
 
-    ``d_state``: the LRNN's state width, complex numbers a layer (None: d_model); also its MLP's hidden width.
+    ``d_state``: the LRNN's state width, complex numbers a layer (None: d_model); also its MLP's hidden width,
+    unless d_mlp sets that.
+    ``d_mlp``: the MLP's hidden width (None: d_state); with d_model and the parameter count held (d_mlp chosen for
+    them), d_state then moves the state alone (the recall sweep's frontier plan).
     ``short_conv``: width of a causal depthwise conv on each layer's LRNN input (0: none; not in the paper).
     State per sequence and layer: ``2 * d_state + (short_conv - 1) * d_model`` floats (no conv term without
     one): ``model.state_size(t)``."""
     _check_config(d_model, n_layers)
     if d_state is not None and (isinstance(d_state, bool) or not isinstance(d_state, int) or d_state < 1):
         raise ValueError(f"d_state: expected None (d_model) or a positive int, got {d_state!r}")
+    if d_mlp is not None and (isinstance(d_mlp, bool) or not isinstance(d_mlp, int) or d_mlp < 1):
+        raise ValueError(f"d_mlp: expected None (d_state) or a positive int, got {d_mlp!r}")
     blocks = [LRNNBlock(d_model, d_hidden=d_state, norm=norm, mode=mode, r_min=r_min, r_max=r_max,
-                        gamma_norm=gamma_norm, short_conv=short_conv) for _ in range(n_layers)]
+                        gamma_norm=gamma_norm, short_conv=short_conv, d_mlp=d_mlp) for _ in range(n_layers)]
     return DecodingModel(vocab_size=vocab_size, d_model=d_model, blocks=blocks, num_classes=num_classes,
                          seq_len=None, pool="last", causal=True, embed_std=1.0)
 

@@ -8,12 +8,15 @@ A task holds HuggingFace ``Dataset`` splits with two columns:
 
 ``num_classes is None`` marks a language-model task. ``loss`` and ``metrics`` work on model logits
 and a batch from ``batches``; ``evaluate`` in ``seqlab.train`` aggregates them exactly.
+
+A :class:`StreamTask` has no train split: ``fit`` asks it for the batch of each step
+(``train_batch(step, batch_size)``), drawn fresh from a seeded stream; its validation and test splits are fixed.
 """
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -107,6 +110,28 @@ class Task:
             return {"accuracy": (float(correct.sum()), int(mask.sum())),
                     "sequence_accuracy": (float(seq_ok.sum()), int(labels.shape[0]))}
         return {"accuracy": (float((pred == labels).sum()), int(labels.shape[0]))}
+
+
+@dataclass
+class StreamTask(Task):
+    """A task whose training sequences are drawn fresh at every step, its held-out splits (``splits``: test and
+    validation) fixed. ``draw(step, batch_size) -> (input_ids, labels)`` (arrays ``(batch_size, seq_len)``) is a
+    pure function of the step (and of what the task was built with: its seed), so that a resumed run reads the
+    batches it would have read; ``fit`` calls :meth:`train_batch` in place of indexing a train split."""
+
+    draw: Callable | None = field(default=None, repr=False)
+
+    def train_batch(self, step: int, batch_size: int) -> dict[str, torch.Tensor]:
+        """The training batch of (0-based) ``step``: ``{"input_ids", "labels"}``, each ``(batch_size, seq_len)``."""
+        ids, labels = self.draw(step, batch_size)
+        return {"input_ids": torch.as_tensor(ids, dtype=torch.long),
+                "labels": torch.as_tensor(labels, dtype=torch.long)}
+
+    def tensors(self, split: str) -> dict[str, torch.Tensor]:
+        if split == "train":
+            raise ValueError(f"split: task {self.name!r} draws its training sequences fresh at every step "
+                             "(train_batch(step, batch_size)); it has no train split to read whole")
+        return super().tensors(split)
 
 
 def model_name(model) -> str:

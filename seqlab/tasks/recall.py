@@ -30,27 +30,40 @@ Zoology's ``vocab_size > seq_len`` check is not needed here and is not made.
 
 Zoology's published sweep: ``vocab_size=8192``, ``seq_len`` 64..1024, 4..256 pairs.
 
-Data that does not run out (the recall sweep, ``configs/medium/recall-sweep.toml``). A run reads ``steps *
-batch_size`` training sequences; a ``train_size`` at least that large shows each one once, as drawing fresh ones
-every step would, and Zoology trains on 100 000. The splits are drawn in chunks of 1 024 rows from one stream (train,
-test, then validation) and cached under ``data/cache`` by every argument: the sweep's ``vocab_size=1024, seq_len=64,
-num_kv_pairs=16, train_size=100_000`` took 7.5 s to draw and save on a loaded 2-core machine (75 MB), 0.02 s to open
-again and 0.7 s to read as tensors. Its validation and test splits are fixed by the seed, drawn after the train
-split. ``vocab_size=1024`` gives 511 key tokens, more than any family's key channels in the sweep, so that no
-table indexed by key fits in a state.
+Training data (the recall sweep, ``configs/medium/recall-sweep.toml``). A run reads ``steps * batch_size``
+training sequences. With a fixed train split of ``train_size`` sequences the loop visits them in epochs (each a
+permutation, ``seqlab.train.batch_indices``): the sweep's 6000 steps of 32 read 192 000 from 100 000, so every
+sequence about 1.9 times (each once, 92 % of them twice). Zoology trains on 100 000. ``fresh=True`` draws every
+training batch new instead (:func:`mqar_fresh_batch`): the batch of step ``s`` comes from its own generator,
+``SeedSequence([seed, 5, 1, s])``, so a run never reads a training sequence twice but by chance, and the batches
+are a pure function of ``(seed, step, batch size)`` (a resumed run reads the same ones). The fixed splits are then
+the test and validation splits alone, drawn from the task's stream as before but without a train split first (so
+they differ from those of ``fresh=False``). A fresh row equal to a validation or test sequence (a chance of about
+``1 / (keys!/(keys-D)! * values!/(values-D)!)`` per pair of rows: below 1e-20 at the sweep's sizes) is drawn again
+from the same generator, so no held-out sequence is ever trained on; :data:`MAX_REDRAWS` draws that all collide
+(a task whose few possible sequences its held-out splits nearly exhaust) raise an error.
+
+The fixed splits are drawn in chunks of 1 024 rows from one stream (train, test, then validation) and cached under
+``data/cache`` by every argument: the sweep's ``vocab_size=1024, seq_len=64, num_kv_pairs=16, train_size=100_000``
+took 7.5 s to draw and save on a loaded 2-core machine (75 MB), 0.02 s to open again and 0.7 s to read as tensors.
+Its validation and test splits are fixed by the seed, drawn after the train split. ``vocab_size=1024`` gives 511
+key tokens, more than any family's key channels in the sweep, so that no table indexed by key fits in a state.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from seqlab.tasks._cache import cached_splits
-from seqlab.tasks.base import IGNORE, Task, split_sizes, validation_param
+from seqlab.tasks.base import IGNORE, StreamTask, Task, split_sizes, validation_param
 
-__all__ = ["mqar", "mqar_rows", "mqar_answers"]
+__all__ = ["mqar", "mqar_rows", "mqar_answers", "mqar_fresh_batch", "MAX_REDRAWS"]
 
 MQAR_STREAM = 5          # this task's random stream (copying uses 1, memory horizon 4, the MAD tasks 6..10)
+FRESH_STREAM = 1         # within it, the fresh training batches: SeedSequence([seed, MQAR_STREAM, FRESH_STREAM, step])
+MAX_REDRAWS = 100        # draws of a row that keeps equalling a held-out sequence before the stream gives up
 FILLERS = ("random", "zoology")
 _CHUNK = 1024            # rows generated at once (bounds the (rows, vocab) scratch arrays)
 
@@ -131,6 +144,31 @@ def mqar_answers(input_ids, labels, predictions, num_kv_pairs: int) -> dict:
     return {"by_pair": by_pair, "wrong": int(wrong.sum()), "another_value": int((wrong & in_sequence).sum())}
 
 
+def mqar_fresh_batch(step: int, batch_size: int, *, seed: int, vocab_size: int, seq_len: int, num_kv_pairs: int,
+                     power_a: float, filler: str, held_out: frozenset = frozenset()) -> tuple:
+    """The training batch of (0-based) ``step`` of a fresh MQAR stream: ``batch_size`` rows ``(input_ids, labels)``
+    drawn from ``SeedSequence([seed, MQAR_STREAM, FRESH_STREAM, step])`` (a pure function of its arguments). A row
+    whose ``input_ids`` bytes are in ``held_out`` (the task's validation and test sequences) is drawn again from
+    the same generator; a ValueError after :data:`MAX_REDRAWS` draws that all collide."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, MQAR_STREAM, FRESH_STREAM, step]))
+    args = (vocab_size, seq_len, num_kv_pairs, power_a, filler)
+    ids, labels = mqar_rows(rng, batch_size, *args)
+    for _ in range(MAX_REDRAWS):
+        again = [i for i, row in enumerate(ids) if row.astype(np.int64).tobytes() in held_out]
+        if not again:
+            return ids, labels
+        ids[again], labels[again] = mqar_rows(rng, len(again), *args)
+    raise ValueError(f"fresh: {MAX_REDRAWS} draws at step {step} all equal a validation or test sequence; this "
+                     f"task (vocab_size={vocab_size}, seq_len={seq_len}, num_kv_pairs={num_kv_pairs}) has too few "
+                     "sequences for a training stream disjoint from its held-out splits")
+
+
+def _held_out(splits: dict) -> frozenset:
+    """The ``input_ids`` of every row of ``splits``, as bytes of int64 (what :func:`mqar_fresh_batch` avoids)."""
+    return frozenset(row.tobytes() for ds in splits.values()
+                     for row in np.asarray(ds["input_ids"], dtype=np.int64))
+
+
 def _mqar_split(rng, size: int, vocab_size: int, seq_len: int, D: int, power_a: float, filler: str) -> dict:
     parts = [mqar_rows(rng, min(_CHUNK, size - s), vocab_size, seq_len, D, power_a, filler)
              for s in range(0, size, _CHUNK)]
@@ -140,7 +178,7 @@ def _mqar_split(rng, size: int, vocab_size: int, seq_len: int, D: int, power_a: 
 
 def mqar(*, vocab_size: int = 256, seq_len: int = 64, num_kv_pairs: int = 4, power_a: float = 0.01,
          train_size: int = 2000, test_size: int = 256, validation_size: int = 256, seed: int = 0,
-         filler: str = "random") -> Task:
+         filler: str = "random", fresh: bool = False) -> Task:
     """Multi-query associative recall (Zoology's layout, see the module docstring); quick-profile defaults.
 
     Inputs are exactly ``seq_len`` tokens; ``vocab_size`` as given (keys ``1 .. vocab_size//2 - 1``,
@@ -148,6 +186,9 @@ def mqar(*, vocab_size: int = 256, seq_len: int = 64, num_kv_pairs: int = 4, pow
     ``vocab_size//2 - 1 >= num_kv_pairs``. Splits train, test, then validation are drawn from one stream
     seeded by ``seed`` (``validation_size=0``: no validation split); all score only the queries. ``filler``:
     ``"random"`` or ``"zoology"`` (token 0), the non-query tokens of the query region (module docstring).
+    ``fresh``: True gives no train split (train_size is not used) but a :class:`~seqlab.tasks.base.StreamTask`
+    whose training batches are drawn new at every step, never equal to a test or validation sequence, the test and
+    validation splits drawn from the same seeded stream (module docstring, "Training data").
     """
     check_ints(("vocab_size", vocab_size, 4), ("seq_len", seq_len, 4), ("num_kv_pairs", num_kv_pairs, 1),
                ("train_size", train_size, 1), ("test_size", test_size, 1),
@@ -163,10 +204,15 @@ def mqar(*, vocab_size: int = 256, seq_len: int = 64, num_kv_pairs: int = 4, pow
                          f"(1 .. vocab_size//2 - 1) and values, got {vocab_size}")
     if filler not in FILLERS:
         raise ValueError(f"filler: expected one of {FILLERS}, got {filler!r}")
+    if not isinstance(fresh, bool):
+        raise ValueError(f"fresh: expected True or False, got {fresh!r}")
     power_a = float(power_a)
     params = dict(vocab_size=vocab_size, seq_len=seq_len, num_kv_pairs=num_kv_pairs, power_a=power_a,
                   train_size=train_size, test_size=test_size, seed=seed, **validation_param(validation_size),
                   **({} if filler == "random" else {"filler": filler}))   # the random variant keeps its old key
+    if fresh:                                     # no train split: its size is not part of what was drawn
+        params = {**{k: v for k, v in params.items() if k != "train_size"}, "fresh": True}
+    sizes = split_sizes(train_size, test_size, validation_size)[1 if fresh else 0:]
 
     def build() -> dict:
         import datasets
@@ -174,7 +220,7 @@ def mqar(*, vocab_size: int = 256, seq_len: int = 64, num_kv_pairs: int = 4, pow
         rng = np.random.default_rng(np.random.SeedSequence([seed, MQAR_STREAM]))
         return {split: datasets.Dataset.from_dict(_mqar_split(rng, size, vocab_size, seq_len, num_kv_pairs, power_a,
                                                               filler))
-                for split, size in split_sizes(train_size, test_size, validation_size)}
+                for split, size in sizes}
 
     splits = cached_splits("mqar", params, build)
     half = vocab_size // 2
@@ -185,5 +231,12 @@ def mqar(*, vocab_size: int = 256, seq_len: int = 64, num_kv_pairs: int = 4, pow
               + ("(token 0, as in Zoology's runs, " if filler == "zoology" else "(random tokens, never a key, ")
               + f"unlabelled); input length {seq_len}")
     info = {**params, "filler": filler, "key_tokens": [1, half], "value_tokens": [half, vocab_size], "layout": layout}
-    return Task(name="mqar", splits=splits, seq_len=seq_len, vocab_size=vocab_size, num_classes=None,
-                itos=itos, info=info)
+    if not fresh:
+        return Task(name="mqar", splits=splits, seq_len=seq_len, vocab_size=vocab_size, num_classes=None,
+                    itos=itos, info=info)
+    draw = functools.partial(mqar_fresh_batch, seed=seed, vocab_size=vocab_size, seq_len=seq_len,
+                             num_kv_pairs=num_kv_pairs, power_a=power_a, filler=filler, held_out=_held_out(splits))
+    info["train"] = (f"drawn fresh at every step: SeedSequence([{seed}, {MQAR_STREAM}, {FRESH_STREAM}, step]), "
+                     "never a test or validation sequence")
+    return StreamTask(name="mqar", splits=splits, seq_len=seq_len, vocab_size=vocab_size, num_classes=None,
+                      itos=itos, info=info, draw=draw)

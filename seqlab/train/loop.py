@@ -23,7 +23,8 @@ Raising :class:`StopTraining` from a callback ends training cleanly after the cu
 Reproducibility
 ---------------
 The batch of step ``s`` is a pure function of ``(seed, s)`` (see :func:`batch_indices`): the
-examples of a split are visited in epochs, each epoch a permutation seeded by ``(seed, epoch)``.
+examples of a split are visited in epochs, each epoch a permutation seeded by ``(seed, epoch)``. A task that
+draws its training sequences fresh (``task.train_batch(step, batch_size)``) gives the batch of step ``s`` itself.
 The learning rate is a pure function of the step. A checkpoint holds the model, the optimizer,
 the step, the history and the RNG states, so that ``fit(..., checkpoint=path, resume=True)``
 continues the same run bit-for-bit on CPU.
@@ -154,7 +155,8 @@ def training_logits(net, model, batch: dict, labelled_only: bool) -> tuple[torch
 
 def fit(model: nn.Module, task: Task, cfg: TrainConfig | None = None, /, *, callbacks: Iterable[Callable] = (),
         **settings) -> History:
-    """Train ``model`` on ``task.splits["train"]`` for ``steps`` optimizer steps, as ``cfg`` (a
+    """Train ``model`` on ``task.splits["train"]`` (or, for a :class:`~seqlab.tasks.base.StreamTask`, on the batch
+    its ``train_batch(step, batch_size)`` draws for each step) for ``steps`` optimizer steps, as ``cfg`` (a
     :class:`~seqlab.train.config.TrainConfig`) says, its fields replaced by ``settings`` (``fit(model, task,
     steps=800, lr=1e-3)`` builds one from keywords alone; an unknown one is named).
 
@@ -205,7 +207,8 @@ def _fit(model, task, cfg: TrainConfig, callbacks, *, eval_at_start: bool) -> Hi
         check_writable(checkpoint)
         remove_stale_temporaries(checkpoint)      # what a kill inside an earlier save left behind
     check_compatible(model, task)
-    if "train" not in task.splits:
+    stream = getattr(task, "train_batch", None)    # a StreamTask: a fresh batch every step, no train split
+    if "train" not in task.splits and not callable(stream):
         raise ValueError(f"task {task.name!r} has no 'train' split (splits: {sorted(task.splits)})")
     if eval_split is not None and eval_split not in task.splits:
         raise ValueError(f"eval_split: task {task.name!r} has splits {sorted(task.splits)}, got {eval_split!r}")
@@ -236,7 +239,7 @@ def _fit(model, task, cfg: TrainConfig, callbacks, *, eval_at_start: bool) -> Hi
                 check_initial_loss(first["loss"], num_targets(task), desc or f"{model_name(model)} on {task.name}")
             history.append(first)
         torch.manual_seed(seed)
-    n_train = task.size("train")
+    n_train = None if callable(stream) else task.size("train")
     use_amp = dev.type == "cuda" and config.dtype("auto", dev) == torch.bfloat16
     model.train()
     _call_hook(callbacks, "on_fit_start", model, task)
@@ -279,10 +282,17 @@ def _fit(model, task, cfg: TrainConfig, callbacks, *, eval_at_start: bool) -> Hi
                 lr_now = lr_at(step, lr=lr, steps=steps, warmup=warmup, final_lr_ratio=final_lr_ratio)
                 for group in optimizer.param_groups:
                     group["lr"] = lr_now
-                index = batch_indices(n_train, batch_size, seed, step)
-                if world > 1:
-                    index = distributed.shard(index, rank, world)
-                batch = _batch_to(task.batch_at("train", index), dev)
+                if n_train is None:       # drawn fresh for this step (the same on every rank), then sharded
+                    batch = stream(step, batch_size)
+                    if world > 1:
+                        mine = distributed.shard(torch.arange(batch_size), rank, world)
+                        batch = {k: v[mine] for k, v in batch.items()}
+                else:
+                    index = batch_indices(n_train, batch_size, seed, step)
+                    if world > 1:
+                        index = distributed.shard(index, rank, world)
+                    batch = task.batch_at("train", index)
+                batch = _batch_to(batch, dev)
                 with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=use_amp):
                     logits, scored = training_logits(net, model, batch, labelled_only)
                 loss = task.loss(logits, scored)

@@ -11,7 +11,8 @@ import plotly.graph_objects as go
 
 from seqlab.viz.style import color, new_figure
 
-__all__ = ["recall_vs_state", "SYMBOLS", "TAYLOR_SYMBOLS", "TAYLOR_CONV_SYMBOL"]
+__all__ = ["recall_vs_state", "SYMBOLS", "TAYLOR_SYMBOLS", "TAYLOR_CONV_SYMBOL", "STILL_LEARNING",
+           "STILL_LEARNING_LABEL"]
 
 # a family's sweep over its state knob is a line; the other groups are single points in the family's colour
 SYMBOLS = {"state": "circle", "short-conv": "diamond", "feature-map": "square", "ablation": "x", "reference": "star"}
@@ -21,13 +22,31 @@ SYMBOLS = {"state": "circle", "short-conv": "diamond", "feature-map": "square", 
 TAYLOR_SYMBOLS = {4: "square", 8: "triangle-up"}
 TAYLOR_CONV_SYMBOL = "hourglass"
 _ADDED = {"short-conv": "short conv", "feature-map": "Taylor map", "ablation": "no TPE"}
+# a finished cell with a seed still learning at the cap: an open marker with a dot (a cell still running: open)
+STILL_LEARNING = "-open-dot"
+STILL_LEARNING_LABEL = "open, dotted: a seed still learning at the cap"
+
+
+def _seeds(seeds) -> str:
+    return ", ".join(map(str, seeds))
 
 
 def _hover(r: dict) -> str:
     seeds = " / ".join(f"{a:.3f}" for a in r["accuracy"])
-    return (f"{r['cell']}<br>{r['pairs']} pairs, state {r['state_size']:,} floats<br>d_model {r['d_model']}, "
+    layer = f" ({r['state_per_layer']:,} a layer)" if r.get("state_per_layer") is not None else ""
+    notes = ([f"still learning at the cap: seed {_seeds(r['still_learning'])}"] if r.get("still_learning") else []) \
+        + ([f"rose at the end: seed {_seeds(r['rose'])}"] if r.get("rose") and not r.get("still_learning") else []) \
+        + ([f"no commit recorded: seed {_seeds(r['no_commit'])}"] if r.get("no_commit") else []) \
+        + ([f"dirty code: seed {_seeds(r['dirty'])}"] if r.get("dirty") else []) \
+        + ([f"protocol: {r['protocol']}"] if r.get("protocol") else [])
+    return (f"{r['cell']}<br>{r['pairs']} pairs, state {r['state_size']:,} floats{layer}<br>d_model {r['d_model']}, "
             f"{r['params']:,} parameters ({r['budget']:.2f}x)<br>lr {r['chosen_lr']:g}: {seeds}"
-            + ("" if r["status"] == "done" else f"<br>{r['status']}"))
+            + ("" if r["status"] == "done" else f"<br>{r['status']}") + "".join(f"<br>{n}" for n in notes))
+
+
+def _open(r: dict) -> str:
+    """The marker's variant: open while seeds are running, open with a dot when a seed was still learning."""
+    return "-open" if r["status"] != "done" else STILL_LEARNING if r.get("still_learning") else ""
 
 
 def _symbol(r: dict) -> str:
@@ -53,8 +72,10 @@ def recall_vs_state(rows: list[dict], *, frontier: dict | None = None, level: fl
     band; the other groups are points in the family's colour (a diamond: a short convolution; a square: the Taylor
     map of 4 features, a triangle: of 8, an hourglass: the Taylor map with the short convolution; an x: LightNet
     without TPE), the reference a star. A cell whose seeds are still running is an open marker at the mean of the
-    seeds in. ``frontier`` (``{pairs: [(state, accuracy, cell), ...]}``): a dashed step through the best accuracy
-    reached at each state or below. ``level``: a dotted line, labelled in the first panel (the accuracy a cell must
+    seeds in; a finished cell with a seed still learning at the cap (``still_learning``: undecided, not "does not
+    recall") an open marker with a dot, named in the legend. The hover says the state per layer (Zoology's unit),
+    the protocol and the seeds whose run recorded no commit or dirty code. ``frontier`` (``{pairs: [(state,
+    accuracy, cell), ...]}``): a dashed step through the best accuracy reached at each state or below. ``level``: a dotted line, labelled in the first panel (the accuracy a cell must
     reach in every seed to count as recalling)."""
     shown = [r for r in rows if r["accuracy"]]
     pairs = sorted({r["pairs"] for r in rows})
@@ -78,12 +99,11 @@ def recall_vs_state(rows: list[dict], *, frontier: dict | None = None, level: fl
                 pts = sorted((r for r in mine if r["group"] == group), key=lambda r: r["state_size"])
                 for key in dict.fromkeys(_label(r) for r in pts):
                     sub = [r for r in pts if _label(r) == key]
-                    closed = [r["status"] == "done" for r in sub]
                     fig.add_trace(go.Scatter(
                         x=[r["state_size"] for r in sub], y=[sum(r["accuracy"]) / len(r["accuracy"]) for r in sub],
                         mode="lines+markers" if group == "state" and len(sub) > 1 else "markers", name=key,
                         legendgroup=key, showlegend=key not in legend, line=dict(color=c, width=2),
-                        marker=dict(symbol=[_symbol(r) + ("" if d else "-open") for r, d in zip(sub, closed)], color=c,
+                        marker=dict(symbol=[_symbol(r) + _open(r) for r in sub], color=c,
                                     size=13 if group == "reference" else 9, line=dict(color=c, width=1.5)),
                         error_y=dict(type="data", symmetric=False, width=3, thickness=1,
                                      array=[max(r["accuracy"]) - sum(r["accuracy"]) / len(r["accuracy"]) for r in sub],
@@ -108,5 +128,8 @@ def recall_vs_state(rows: list[dict], *, frontier: dict | None = None, level: fl
         fig.update_xaxes(type="log", dtick=1, range=span, title_text="state size (floats, log scale)", row=1, col=col)
         fig.update_yaxes(range=[-0.02, 1.02], row=1, col=col,
                          title_text="test accuracy (band: the seeds' range)" if col == 1 else None)
+    if any(r.get("still_learning") and r["status"] == "done" for r in shown):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=STILL_LEARNING_LABEL, hoverinfo="skip",
+                                 marker=dict(symbol="circle" + STILL_LEARNING, color="#666666", size=9)), row=1, col=1)
     fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0), margin=dict(b=170))
     return fig

@@ -223,15 +223,17 @@ def test_a_cell_that_cannot_hold_the_budget_says_so():
         experiments.run(R.NAME, profile="quick", out=None, dry_run=True, families="gpt")
 
 
-def test_a_cell_that_names_its_pairs_runs_only_at_those_and_always_at_the_fewest():
+def test_a_cell_that_names_its_pairs_runs_only_at_those():
     conv = {"family": "gateloop", "group": "short-conv", "knobs": {"n_heads": 2, "short_conv": 4}}
     cfg = {**P.SIZES["quick"], "pairs": [2, 4], "cells": [{**conv, "pairs": [2]},
                                                            {"family": "gateloop", "group": "state", "knobs": {}}]}
     plan = P.plan_cells(cfg)
     assert sorted((c["cell"], c["pairs"]) for c in plan) == [("gateloop", 2), ("gateloop", 4),
                                                              ("gateloop n_heads=2 short_conv=4", 2)]
-    for bad in ([4], [2, 8], [], 2):                    # the fewest missing, a number the sweep lacks, none, no list
-        with pytest.raises(ValueError, match=r"cells: pairs of gateloop n_heads=2 short_conv=4 must be a list"):
+    more = P.plan_cells({**cfg, "cells": [{**conv, "pairs": [4]}]})    # a bracket refined where it is: at 4 alone
+    assert [(c["cell"], c["pairs"]) for c in more] == [("gateloop n_heads=2 short_conv=4", 4)]
+    for bad in ([2, 8], [], 2):                         # a number the sweep lacks, none, no list
+        with pytest.raises(ValueError, match=r"cells: pairs of gateloop n_heads=2 short_conv=4 must be a non-empty"):
             P.plan_cells({**cfg, "cells": [{**conv, "pairs": bad}]})
 
 
@@ -353,3 +355,81 @@ def test_a_snapshot_with_the_lesson_executes_it_under_the_records_lock_and_stage
     with pytest.raises(SystemExit):
         tool.main(["snapshot", "--lessons"])
     assert "tools/recall_sweep.py: error: unrecognized arguments: --lessons" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------- runs to convergence
+
+
+def test_a_curve_still_rising_at_the_end_is_still_learning_and_a_run_says_how_it_ended():
+    flat_end = [[s, min(0.5, s / 1000)] for s in range(0, 1001, 100)]            # 0.5 from step 500 on
+    late = [[s, 0.4 + (0.03 if s == 1000 else 0.0)] for s in range(0, 1001, 100)]
+    creeping = [[s, 0.4 + (0.01 if s == 1000 else 0.0)] for s in range(0, 1001, 100)]
+    assert P.rose_at_the_end(late) and not P.rose_at_the_end(creeping) and not P.rose_at_the_end(flat_end)
+    assert P.rose_at_the_end([[0, 0.1]]) is None and P.rose_at_the_end(None) is None
+    assert P.rose_at_the_end([[0, 0.1], [10, 0.2], [20, 0.2], [30, 0.2], [40, 0.2], [50, 0.25]])  # 50 -> from 40
+    assert R.stopping(late, 1000, 0.99) == {"stopped": "cap", "stop_step": 1000, "still_learning": True}
+    assert R.stopping([[0, 0.0], [300, 0.995]], 1000, 0.99) == {"stopped": "converged", "stop_step": 300,
+                                                                "still_learning": False}
+    assert R.stopping(late, 1000, None)["stopped"] == "cap"                    # no stop_at: every run at the cap
+
+
+def test_a_run_to_convergence_stops_at_its_first_evaluation_reaching_stop_at_on_fresh_data():
+    cfg = {**P.SIZES["quick"], "steps": 12, "eval_every": 4}
+    spec = {**P.plan_cells(cfg, ["gateloop"], [2])[0], "seed": 0, "lr": 3e-3}
+    capped = R.run_one(spec, cfg)
+    assert (capped["stopped"], capped["stop_step"], capped["curve"][-1][0]) == ("cap", 12, 12)
+    assert "stop_at" not in capped and "data" not in capped and P.run_key(capped) == P.spec_key(spec, cfg)
+    assert capped["state_per_layer"] * cfg["n_layers"] == capped["state_size"]
+    converging = {**cfg, "stop_at": 0.0, "fresh": True}                        # every evaluation reaches 0.0
+    run = R.run_one(spec, converging)
+    assert (run["stopped"], run["stop_step"], run["still_learning"]) == ("converged", 4, False)
+    assert [s for s, _ in run["curve"]] == [0, 4] and run["validation_accuracy"] == run["curve"][-1][1]
+    assert run["stop_at"] == 0.0 and run["data"] == "fresh" and run["steps"] == 12
+    assert P.run_key(run) == P.spec_key(spec, converging) != P.spec_key(spec, cfg)   # another protocol, another run
+    assert R.run_name(spec, converging) == R.run_name(spec, cfg) + "-stop0-fresh"
+    assert P.protocol(run) == "to convergence, fresh data" and P.protocol(capped) == "fixed steps"
+    assert P.protocol({k: v for k, v in capped.items() if k not in ("stopped", "stop_step", "still_learning")}) == "old"
+
+
+def test_a_sweep_to_convergence_and_an_old_record_share_a_file_each_run_once(tmp_path, monkeypatch):
+    out = tmp_path / "sweep.json"
+    old = experiments.run(R.NAME, out=str(out), **TINY)
+    for run in old["runs"]:                                # as the first medium record: no protocol fields
+        for key in ("stopped", "stop_step", "still_learning", "state_per_layer"):
+            run.pop(key)
+    out.write_text(json.dumps({**json.loads(out.read_text()), "runs": old["runs"]}))
+    new = experiments.run(R.NAME, out=str(out), stop_at=0.0, fresh=True, eval_every=1, **TINY)
+    assert len(new["runs"]) == 10 and new["runs"][:5] == old["runs"]           # the old kept, five new runs
+    assert all(r["stopped"] == "converged" and r["stop_step"] == 1 for r in new["runs"][5:])
+    rows = {(r["cell"], r["pairs"]): r for r in new["cells"]}
+    assert rows[("transformer", 2)]["protocol"] == "to convergence, fresh data"
+    assert rows[("transformer", 2)]["converged"] == [0] and rows[("transformer", 2)]["still_learning"] == []
+    assert rows[("transformer", 2)]["rose"] == []                             # converged: not "rose at the end"
+    assert rows[("transformer", 2)]["status"] == "done" and rows[("transformer", 2)]["state_per_layer"] > 0
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a recorded run was trained again")
+
+    monkeypatch.setattr(R, "run_one", no_training)
+    assert len(experiments.run(R.NAME, out=str(out), stop_at=0.0, fresh=True, eval_every=1, **TINY)["runs"]) == 10
+
+
+def test_the_finished_medium_record_reads_as_it_did_its_provenance_and_rising_curves_marked():
+    """The first medium record (the old protocol: 6000 steps, a fixed train split) is read as before: every
+    verdict stands (no run of it recorded ``still_learning``), and its cells say which seeds' curves still rose and
+    which runs recorded no commit or ran changed code."""
+    from seqlab.claims import recall_report
+    from seqlab.experiments import recall_sweep_results as RR
+
+    data, rows = recall_report.sweep_rows(R.RESULTS_DIR.parent)
+    assert len(data["runs"]) == 365 and all(r["status"] == "done" for r in rows)
+    assert {r["protocol"] for r in rows} == {"old"} and not any(r["still_learning"] for r in rows)
+    assert all(v["verdict"] == "learned" for v in P.control_verdicts(rows, data["config"]).values())
+    found = RR.thresholds(rows)
+    assert not any(e["undecided"] for by_family in found.values() for e in by_family.values())
+    assert found[8]["lightnet"]["state"] == 3120 and found[4]["gateloop"]["state"] is None
+    cell = {(r["cell"], r["pairs"]): r for r in rows}
+    assert cell[("gateloop n_heads=4", 4)]["rose"] == [1, 2]                   # rose by more than 0.02 at the end
+    assert cell[("transformer", 4)]["no_commit"] and not cell[("transformer", 4)]["dirty"]
+    assert sum(bool(r["dirty"]) for r in rows) == 10 and sum(bool(r["no_commit"]) for r in rows) == 8
+    assert recall_report.cell_notes(cell[("transformer", 4)]).startswith("no commit: seed 0")

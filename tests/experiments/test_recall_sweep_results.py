@@ -30,9 +30,10 @@ def test_a_threshold_is_the_smallest_state_where_every_seed_recalls():
             _row("lightnet", 300, [], status="searching"),
             _row("gateloop", 50, [0.99, 0.99, 0.99], group="short-conv", knobs={"n": 50, "short_conv": 4})]
     found = RR.thresholds(rows)[4]
-    assert found["gateloop"] == {"state": 1600, "sizes": [100, 400, 1600, 6400], "pending": []}   # 400: one seed 0.85
-    assert found["lrnn"] == {"state": None, "sizes": [50], "pending": [200]}
-    assert found["lightnet"] == {"state": None, "sizes": [], "pending": [300]}
+    assert found["gateloop"] == {"state": 1600, "sizes": [100, 400, 1600, 6400], "pending": [],   # 400: one seed 0.85
+                                 "undecided": []}
+    assert found["lrnn"] == {"state": None, "sizes": [50], "pending": [200], "undecided": []}
+    assert found["lightnet"] == {"state": None, "sizes": [], "pending": [300], "undecided": []}
     assert RR.thresholds(rows, level=0.8)[4]["gateloop"]["state"] == 400
     assert recall_report.threshold_text(found["gateloop"]) == "1,600"
     assert recall_report.threshold_text(found["lrnn"]) == "none of 50 (1 size pending)"
@@ -176,3 +177,88 @@ def test_the_step_benchmark_times_each_cell_and_counts_the_runs_its_record_lacks
     assert rows["transformer"][-3:-1] == ["1.00", "10"]                  # 5 runs at each of the 2 numbers of pairs
     assert all(r[-2] == "10" for r in rows.values())
     assert lines[-1].startswith("lacking over every number of pairs: at least 50 runs")
+
+
+# ----------------------------------------------------------------------------------------------- still learning
+
+
+def test_no_does_not_recall_rests_on_a_seed_still_learning_at_the_cap():
+    stuck = _row("gateloop", 100, [0.5, 0.6, 0.4])
+    rising = {**_row("gateloop", 400, [0.95, 0.85, 0.97]), "still_learning": [1]}      # seed 1 missed, rising
+    fine = {**_row("gateloop", 1600, [0.99, 0.5, 0.99]), "still_learning": [0]}        # the rising seed recalled
+    top = _row("gateloop", 6400, [1.0, 1.0, 1.0])
+    found = RR.thresholds([stuck, rising, fine, top])[4]["gateloop"]
+    assert found == {"state": 6400, "sizes": [100, 1600, 6400], "pending": [], "undecided": [400]}
+    assert recall_report.threshold_text(found) == "6,400 (undecided: 400, still learning)"
+    assert recall_report.threshold_text({"state": None, "sizes": [], "pending": [], "undecided": [400]}) == \
+        "(undecided: 400, still learning)"
+    conv = {**_row("gateloop", 420, [0.99, 0.99, 0.99], group="short-conv", knobs={"n": 400, "short_conv": 4})}
+    base = {**rising, "knobs": {"n": 400}}
+    effect = RR.effects([conv, base])[0]
+    assert effect["verdict"] == "undecided" and effect["difference"] == pytest.approx(0.0667, abs=1e-3)
+    assert RR.effects([conv, {**base, "still_learning": []}])[0]["verdict"] == "higher"
+    cfg = {"threshold": 0.99, "stop_at": 0.99}
+    control = _row("transformer", 5000, [0.985, 0.999, 0.5], group="reference", knobs={})
+    assert P.control_verdicts([{**control, "still_learning": [2]}], cfg)["4"]["verdict"] == \
+        "undecided: the control was still learning at the cap"
+    assert P.control_verdicts([control], cfg)["4"]["verdict"] == "inconclusive: the control did not learn"
+    # seeds stopped at their first validation accuracy of 0.99 learned, whichever side of 0.99 the test split fell
+    assert P.control_verdicts([{**control, "accuracy": [0.985, 0.999, 0.992], "converged": [0, 1, 2]}],
+                              cfg)["4"]["verdict"] == "learned"
+    assert P.control_verdicts([{**control, "accuracy": [0.985, 0.999, 0.992], "converged": [0, 1, 2]}],
+                              {"threshold": 0.99})["4"]["verdict"] == "inconclusive: the control did not learn"
+
+
+def test_an_addition_is_also_compared_with_the_base_nearest_its_state_within_ten_percent():
+    rows = [_row("gateloop", 2704, [0.6, 0.7, 0.65], knobs={"n_heads": 4}),
+            _row("gateloop", 3888, [0.7, 0.72, 0.71], knobs={"n_heads": 3}),
+            _row("gateloop", 4212, [0.99, 0.98, 0.99], group="short-conv", knobs={"n_heads": 3, "short_conv": 4}),
+            _row("gateloop", 3016, [0.99, 0.99, 0.99], group="short-conv", knobs={"n_heads": 4, "short_conv": 4}),
+            _row("linear-transformer", 2400, [0.25] * 3, knobs={"n_heads": 2}),
+            _row("linear-transformer", 2352, [0.25, 0.26, 0.24], group="feature-map",
+                 knobs={"n_heads": 4, "feature_map": "taylor", "feature_dim": 4})]
+    found = {e["cell"]: e for e in RR.matched_effects(rows)}
+    assert set(found) == {"gateloop 4212", "linear-transformer 2352"}          # 3016: 1.115 x 2704, none within 10 %
+    assert found["gateloop 4212"]["base"] == "gateloop 3888" and found["gateloop 4212"]["ratio"] == 1.0833
+    assert found["gateloop 4212"]["verdict"] == "higher" and found["linear-transformer 2352"]["verdict"] == "tie"
+    assert [e["base"] for e in RR.effects(rows)] == ["gateloop 3888", "gateloop 2704"]      # same knobs: as before
+
+
+def test_the_figure_marks_a_cell_still_learning_and_says_each_state_per_layer():
+    from seqlab.viz.recall import STILL_LEARNING_LABEL
+
+    rows = [{**_row("gateloop", 100, [0.2, 0.3, 0.25]), "state_per_layer": 50},
+            {**_row("gateloop", 400, [0.5, 0.7, 0.6]), "still_learning": [1], "no_commit": [0], "state_per_layer": 200,
+             "protocol": "to convergence, fresh data"}]
+    fig = recall_vs_state(rows)
+    line = next(t for t in fig.data if t.name == "gateloop")
+    assert list(line.marker.symbol) == ["circle", "circle-open-dot"]
+    assert "state 400 floats (200 a layer)" in line.hovertext[1] and "still learning at the cap: seed 1" in \
+        line.hovertext[1] and "no commit recorded: seed 0" in line.hovertext[1]
+    legend = [t for t in fig.data if t.name == STILL_LEARNING_LABEL]
+    assert len(legend) == 1 and legend[0].marker.symbol == "circle-open-dot"
+    assert not [t for t in recall_vs_state(rows[:1]).data if t.name == STILL_LEARNING_LABEL]
+
+
+def test_the_results_page_says_the_protocol_and_marks_each_cells_provenance(tmp_path):
+    cfg = {**P.SIZES["quick"], "seeds": 2, "lrs": [3e-3], "steps": 12000, "stop_at": 0.99, "fresh": True}
+    plan = P.plan_cells(cfg, ["transformer", "gateloop"], [2])
+    ref, gl = plan[0], next(c for c in plan if c["knobs"] == {"n_heads": 2})
+    proto = {"stop_at": 0.99, "data": "fresh", "commit": "abc", "dirty": False}
+    runs = [{**_sweep_run(ref, s, 3e-3, 0.995, cfg), **proto, "stopped": "converged", "stop_step": 900}
+            for s in (0, 1)]
+    runs += [{**_sweep_run(gl, 0, 3e-3, 0.5, cfg), **proto, "stopped": "cap", "stop_step": 12000,
+              "still_learning": True},
+             {**_sweep_run(gl, 1, 3e-3, 0.6, cfg), "stop_at": 0.99, "data": "fresh", "stopped": "cap",
+              "stop_step": 12000, "dirty": True}]                                   # no commit, changed code
+    (tmp_path / "arena").mkdir()
+    recall_report.sweep_file(tmp_path).write_text(json.dumps({"config": cfg, "runs": runs}))
+    page = claims.render_readme({"claims": []}, notes_dir=tmp_path / "notes")
+    section = page[page.index("## The recall sweep"):]
+    assert ("up to 12000 steps (a run stops at the first evaluation reaching 0.99 validation accuracy) of batch"
+            in section)
+    assert "training sequences drawn fresh at every step" in section
+    assert "Of the 4 runs, 1 recorded no commit and 1 ran changed code" in section
+    assert "| done | still learning: seed 0; no commit: seed 1; dirty: seed 1 |" in section
+    row = next(line for line in section.splitlines() if line.startswith("| gateloop | "))
+    assert "undecided: " in row and "none of" not in row                       # seed 0 missed, still rising

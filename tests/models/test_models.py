@@ -80,3 +80,20 @@ def test_a_family_registered_from_outside_is_refused_twice_replaced_on_purpose_a
     assert "outside" not in models.names()
     with pytest.raises(ValueError, match="unknown model 'outside'"):
         models.unregister("outside")
+
+
+def test_the_lrnns_mlp_width_moves_apart_from_its_state():
+    """``d_mlp`` sets the LRNN's MLP width (``d_state`` by default): the state stays ``2 d_state`` a layer and only
+    the MLP's weights change, so that a sweep can hold ``d_model`` and the parameter count while ``d_state`` moves."""
+    def build(**kw):
+        return models.build("lrnn", vocab_size=16, d_model=8, n_layers=2, d_state=12, **kw)
+
+    plain, narrow = build(), build(d_mlp=3)
+    assert plain.state_size(5) == narrow.state_size(5) == 2 * 2 * 12
+    assert narrow.blocks[0].mlp1.fc1.weight.shape == (3, 12) and plain.blocks[0].mlp1.fc1.weight.shape == (12, 12)
+    count = lambda m: sum(p.numel() for p in m.parameters())            # noqa: E731
+    assert count(plain) - count(narrow) == 2 * ((12 - 3) * (12 + 1) + (12 - 3) * 8)   # two layers: fc1 and fc2
+    assert narrow(torch.zeros(1, 4, dtype=torch.long)).shape == (1, 4, 16)
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="d_mlp: expected None"):
+            build(d_mlp=bad)
