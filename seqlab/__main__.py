@@ -10,6 +10,7 @@
     python -m seqlab evaluate PATH         # a checkpoint's model on its task (seqlab.load(PATH) in Python)
     python -m seqlab generate PATH --prompt "To be"  # continue a prompt (--ids 3 5 8 for token ids)
     python -m seqlab generate PATH --prompt "To be" --prompt "A"   # several prompts, of any lengths, together
+    python -m seqlab generate PATH --prompt "To be" --stop '\\n' --stream   # stop at a newline, print as sampled
     SEQLAB_PROFILE=medium python -m seqlab reproduce [ID ...] [--seeds 3] [--redo]   # the papers' claims
 
 Ctrl-C during ``train --checkpoint PATH`` saves the run there and says how to resume it; resuming with a
@@ -228,6 +229,27 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def _cli_stop(values: list[str] | None, text: bool) -> list | None:
+    """``--stop`` values: token ids, or, for a text prompt, one character each (backslash escapes such as ``\\n``
+    read as in Python; a value of one character is that character, any other an id)."""
+    if not values:
+        return None
+    import codecs
+
+    stop = []
+    for value in values:
+        char = codecs.decode(value, "unicode_escape") if text and "\\" in value else value
+        if text and len(char) == 1:
+            stop.append(char)
+            continue
+        try:
+            stop.append(int(value))
+        except ValueError:
+            want = "a token id or one character" if text else "a token id"
+            raise ValueError(f"--stop: expected {want}, got {value!r}") from None
+    return stop
+
+
 def cmd_generate(args) -> int:
     import torch
 
@@ -236,9 +258,21 @@ def cmd_generate(args) -> int:
 
     model = train.load_model(args.checkpoint, device=args.device)
     task = model.run["task"]
+    seeds = args.seed if isinstance(args.seed, list) else [args.seed]
+    n_prompts = len(args.ids if args.ids is not None else args.prompt)
+    if len(seeds) > 1 and len(seeds) != n_prompts:
+        raise ValueError(f"--seed: expected one seed, or one per prompt ({n_prompts}), got {len(seeds)}")
+    if args.stream and n_prompts > 1:
+        raise ValueError("--stream: prints one prompt's tokens as they come; give one --prompt (or --ids)")
     kw = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-              seed=args.seed)
+              seed=seeds if len(seeds) > 1 else seeds[0], stop=_cli_stop(args.stop, args.ids is None))
     if args.ids is not None:                     # one line of ids per prompt
+        if args.stream:                          # the prompt, then each new id as it is sampled
+            print(" ".join(map(str, args.ids[0])), end="", flush=True)
+            generate(model, torch.tensor(args.ids[0]), on_token=lambda r, p, t: print(f" {t}", end="", flush=True),
+                     **kw)
+            print()
+            return 0
         if len(args.ids) == 1:
             rows = generate(model, torch.tensor(args.ids[0]), **kw)
         else:                                    # prompts of different lengths decode together
@@ -250,7 +284,13 @@ def cmd_generate(args) -> int:
     if task != "text":
         raise ValueError(f"--prompt: a text prompt needs a model of the character-level text task; this one was "
                          f"trained on {task!r}: give token ids with --ids instead")
-    if len(args.prompt) == 1:
+    if args.stream:                              # the prompt, then each new character as it is sampled
+        from seqlab.tasks.text import decode, encode
+
+        print(decode(encode(args.prompt[0])), end="", flush=True)
+        generate(model, args.prompt[0], on_token=lambda r, p, t: print(chr(t), end="", flush=True), **kw)
+        print()
+    elif len(args.prompt) == 1:
         print(generate(model, args.prompt[0], **kw))
     else:                                        # the continuations in turn, a line '---' between them
         print("\n---\n".join(generate(model, list(args.prompt), **kw)))
@@ -418,7 +458,14 @@ def make_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-k", type=int, default=None)
     g.add_argument("--top-p", type=float, default=None, help="nucleus sampling: the most likely tokens whose "
                                                              "probabilities first reach this mass")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=int, nargs="+", default=0,
+                   help="one seed for the batch, or one per prompt (each row then samples what its prompt alone "
+                        "would with that seed)")
+    g.add_argument("--stop", nargs="+", metavar="TOKEN", default=None,
+                   help="stop tokens: a row ends at the first one it emits (printed with it); token ids, or for "
+                        "--prompt one character each (escapes such as '\\n' read as in Python)")
+    g.add_argument("--stream", action="store_true",
+                   help="print the new tokens (characters for --prompt) as they are sampled; one prompt only")
     g.add_argument("--device", default="auto")
     g.set_defaults(func=cmd_generate)
 
