@@ -26,8 +26,37 @@ by masked steps, in which a row whose prompt is over keeps its state exactly (``
 row, ``state["t"]`` a (B,) tensor: each row's positions (learned or sinusoidal, LightNet's LRPE), counts and KV
 cache (its own entries first, zeros after) are those of its own prompt, and ``step`` advances every row from its
 own position. ``step(tokens_t, state, active=mask)`` is the masked step itself.
+
+The state's precision (``init_state(dtype=)``): a state may be kept in float64, float32, bfloat16 or float16, with
+the weights in float32 or bfloat16 (or float64). The default is the weights' dtype (as before). Whatever the state's
+dtype, every ``prefill``/``step`` computes in at least float32: the state is widened to the compute dtype (float64
+if the weights or the state are float64, else float32), the blocks run with the weights read at that dtype (a
+bfloat16 weight is read as its exact float32 value; the parameters themselves are not changed), and the new state
+is stored back in its own dtype after every call; the logits come back in the compute dtype (float32 logits from
+bfloat16 weights: rounding them to bfloat16 would hide what the state's precision did). A float32 or float64
+state with weights of its own dtype is computed exactly as it always was (nothing is cast).
+
+What each family keeps, per state dtype (``STATE_DTYPES``):
+
+- Transformer (KV cache), CausalRN (past ``p_i``), LightNet's multiplicative decay, DeltaNet / Gated DeltaNet
+  (fast weights ``S``), short convs (last inputs): every real tensor in the state dtype, no warning. Their values
+  stay bounded (keys/values of normed inputs; the delta rule's ``S`` is rewritten, not summed) and each entry is
+  rounded once (a cache) or the state forgets (a decay), so the error does not build up with the length the way
+  an accumulated sum's does; it is still a per-token rounding (the table in ``benchmarks/results``).
+- States that accumulate every token with nothing forgotten: the Linear Transformer's ``[S | z]`` (plain sums,
+  ``z = sum phi(k_j)``), the linear CausalRN's running log-sum (its token count stays an integer) and LightNet's
+  additive decay (the running mean ``kv`` and its log-normaliser ``log s``). Each token moves them by about
+  ``1/t`` of their size, which falls below bfloat16's resolution after about 2^8 tokens and float16's after about
+  2^11: the state then stops tracking the context (measured: ``benchmarks/results/decode_precision.md``); the
+  Linear Transformer's float16 sums also overflow (max 65504) on long contexts. They are kept in the state dtype
+  as asked, and ``init_state`` warns (``StatePrecisionWarning``) for bfloat16 and float16.
+- GateLoop (``S``) and LRNN (``h``): complex. torch has no complex bfloat16/float16, so for a float32, bfloat16 or
+  float16 state these are kept in complex64 (complex128 for float64), their other tensors (a short conv's) in the
+  state dtype: a low-precision state dtype does not shrink or round the complex part.
 """
 from __future__ import annotations
+
+import warnings
 
 import torch
 
@@ -35,7 +64,42 @@ from seqlab.layers.rows import keep_rows
 from seqlab.models.common import SequenceModel
 from seqlab.ops.positional import sinusoidal_positions
 
-__all__ = ["DecodingModel", "state_tensors", "ragged_prompt"]
+__all__ = ["DecodingModel", "state_tensors", "ragged_prompt", "STATE_DTYPES", "StatePrecisionWarning"]
+
+STATE_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
+"""The dtypes a decoding state may be kept in (``init_state(dtype=)``)."""
+
+
+class StatePrecisionWarning(UserWarning):
+    """A state dtype known to overflow or lose the state on long contexts for this model."""
+
+
+def _map_state(obj, fn):
+    """``obj`` (tensors in tuples, lists, dicts, named tuples) with ``fn`` applied to every tensor."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: _map_state(v, fn) for k, v in obj.items()}
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(_map_state(v, fn) for v in obj))
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_map_state(v, fn) for v in obj)
+    return obj
+
+
+def _complex_of(dtype: torch.dtype) -> torch.dtype:
+    return torch.complex128 if dtype == torch.float64 else torch.complex64
+
+
+def _cast_state(blocks, real: torch.dtype, cplx: torch.dtype):
+    """Every real floating tensor of ``blocks`` to ``real``, every complex one to ``cplx`` (integers unchanged)."""
+    def cast(t):
+        if t.is_complex():
+            return t if t.dtype == cplx else t.to(cplx)
+        if t.is_floating_point():
+            return t if t.dtype == real else t.to(real)
+        return t
+    return _map_state(blocks, cast)
 
 
 def state_tensors(obj):
@@ -64,14 +128,66 @@ class DecodingModel(SequenceModel):
             raise ValueError(f"{what}: only a causal language model (num_classes=None) decodes token by token")
 
     def init_state(self, batch: int, device=None, dtype=None) -> dict:
-        """The state before the first token, for ``batch`` sequences (dtype and device of the weights by default)."""
+        """The state before the first token, for ``batch`` sequences (device and dtype of the weights by default).
+
+        ``dtype``: the state's precision, one of ``STATE_DTYPES`` (float64, float32, bfloat16, float16): every real
+        tensor of the state is kept in it, complex ones (GateLoop, LRNN) in complex64 (complex128 for float64),
+        since torch has no complex bfloat16/float16. Each step computes in at least float32 and stores the state
+        back in this dtype (the module docstring). A bfloat16 or float16 state for a block whose state accumulates
+        every token (Linear Transformer, linear CausalRN, LightNet's additive decay) warns with
+        ``StatePrecisionWarning``."""
         self._check_decoder("init_state")
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             raise ValueError(f"batch: expected a positive int, got {batch!r}")
         device = device or self.embed.weight.device
         dtype = dtype or self.embed.weight.dtype
-        blocks = [b.init_state(batch, device=device, dtype=dtype) for b in self.blocks]
-        return {"model": self._state_tag(), "batch": batch, "t": 0, "blocks": blocks}
+        if dtype not in STATE_DTYPES:
+            raise ValueError(f"dtype: expected one of {', '.join(map(str, STATE_DTYPES))} for the state, got {dtype!r}")
+        compute = self._compute_dtype(dtype)
+        blocks = [b.init_state(batch, device=device, dtype=compute) for b in self.blocks]
+        blocks = _cast_state(blocks, dtype, _complex_of(dtype))
+        if dtype in (torch.bfloat16, torch.float16):
+            kinds = sorted({k for k in (_accumulates(b) for b in self.blocks) if k})
+            if kinds:
+                bits = 8 if dtype == torch.bfloat16 else 11
+                overflow = (" and the Linear Transformer's sums overflow float16 (max 65504) on long contexts"
+                            if dtype == torch.float16 and any(k.startswith("Linear Transformer") for k in kinds)
+                            else "")
+                low = str(dtype).replace("torch.", "")
+                warnings.warn(f"init_state: a {low} state for {'; '.join(kinds)}: "
+                              f"each token moves it by about 1/t of its size, which falls below {low}'s "
+                              f"resolution after about 2^{bits} tokens, so the state stops tracking the context"
+                              f"{overflow}; use float32 for long contexts "
+                              f"(benchmarks/results/decode_precision.md)", StatePrecisionWarning, stacklevel=2)
+        return {"model": self._state_tag(), "batch": batch, "t": 0, "blocks": blocks, "dtype": dtype}
+
+    def _compute_dtype(self, state_dtype: torch.dtype) -> torch.dtype:
+        """What a step computes in: float64 if the weights or the state are float64, else float32."""
+        return torch.float64 if torch.float64 in (state_dtype, self.embed.weight.dtype) else torch.float32
+
+    def _state_dtype(self, state: dict) -> torch.dtype:
+        dtype = state.get("dtype")
+        if dtype is None:                       # a state made before the dtype was recorded: its first real tensor
+            reals = [t.dtype for t in state_tensors(state["blocks"]) if t.is_floating_point()]
+            dtype = reals[0] if reals else self.embed.weight.dtype
+        return dtype
+
+    def _at_precision(self, run, state: dict):
+        """``run(model, state)`` -> ``(logits, state)`` computed in the compute dtype from ``state`` widened to it;
+        the new state stored back in the state's dtype, the logits returned in the compute dtype. Nothing is
+        cast when the weights, the state and the compute dtype agree (float32 or float64 throughout)."""
+        dtype = self._state_dtype(state)
+        compute = self._compute_dtype(dtype)
+        weights = self.embed.weight.dtype
+        if dtype == compute and weights == compute:
+            return run(self, state)
+        state = {**state, "blocks": _cast_state(state["blocks"], compute, _complex_of(compute))}
+        if weights == compute:
+            logits, state = run(self, state)
+        else:
+            logits, state = _with_weights_at(self, compute, run, state)
+        blocks = _cast_state(state["blocks"], dtype, _complex_of(dtype))
+        return logits, {**state, "blocks": blocks, "dtype": dtype}
 
     def check_state(self, state, batch: int) -> None:
         """``ValueError`` naming ``state`` unless it is a state of this model for ``batch`` sequences."""
@@ -110,6 +226,17 @@ class DecodingModel(SequenceModel):
         return tokens.to(device), lengths.to(device)
 
     def prefill(self, tokens, state: dict | None = None, *, lengths=None) -> tuple[torch.Tensor, dict]:
+        """``tokens`` (B, P) in one parallel pass (see :meth:`_prefill`), at the state's precision."""
+        self._check_decoder("prefill")
+        if lengths is None and isinstance(tokens, torch.Tensor):
+            self.check_tokens(tokens)
+        else:
+            tokens, lengths = self._ragged_prompt(tokens, lengths)
+        state = self.init_state(tokens.shape[0]) if state is None else state
+        self.check_state(state, tokens.shape[0])
+        return self._at_precision(lambda m, s: m._prefill(tokens, s, lengths=lengths), state)
+
+    def _prefill(self, tokens, state: dict | None = None, *, lengths=None) -> tuple[torch.Tensor, dict]:
         """``tokens`` (B, P) in one parallel pass: logits (B, P, vocab_size) and the state after them.
 
         Prompts of different lengths: ``tokens`` a list of token sequences, or a (B, P) tensor right-padded
@@ -147,7 +274,7 @@ class DecodingModel(SequenceModel):
         common = 0 if isinstance(state["t"], torch.Tensor) else int(lengths.min())
         parts = []
         if common:
-            logits, state = self.prefill(tokens[:, :common], state)
+            logits, state = self._prefill(tokens[:, :common], state)
             parts.append(logits)
         for i in range(common, P):
             active = lengths > i
@@ -177,6 +304,13 @@ class DecodingModel(SequenceModel):
         return self.head(self.norm(x)), {**state, "t": t + active.long(), "blocks": new}
 
     def step(self, tokens_t: torch.Tensor, state: dict, *, active=None) -> tuple[torch.Tensor, dict]:
+        """One token per row at the state's precision (see :meth:`_step`)."""
+        self._check_decoder("step")
+        if isinstance(state, dict) and "blocks" in state and "model" in state:
+            return self._at_precision(lambda m, s: m._step(tokens_t, s, active=active), state)
+        return self._step(tokens_t, state, active=active)
+
+    def _step(self, tokens_t: torch.Tensor, state: dict, *, active=None) -> tuple[torch.Tensor, dict]:
         """``tokens_t`` (B,) at position ``state["t"]`` -> logits (B, vocab_size) and the new state: O(1)
         work per token for the linear families, O(t) for attention with a KV cache.
 
@@ -217,6 +351,49 @@ class DecodingModel(SequenceModel):
         if not isinstance(t, int) or t < 0:
             raise ValueError(f"t: expected a non-negative int, got {t!r}")
         return sum(b.state_size(t) for b in self.blocks)
+
+
+def _accumulates(block) -> str | None:
+    """What a block's state accumulates over every token read, with nothing forgotten (None if it forgets or
+    caches): such a state, kept in bfloat16/float16, stops moving once the per-token change ~1/t of its size falls
+    below the dtype's resolution (``init_state`` warns)."""
+    name = type(block).__name__
+    if name == "LinearTransformerBlock":
+        return "Linear Transformer (the sums S and z = sum phi(k_j))"
+    if name == "RelationBlock" and getattr(block, "streams_in_constant_time", False):
+        return "linear CausalRN (the running log-sum)"
+    attn = getattr(block, "attn", None)
+    if name == "LightNetLayer" and getattr(attn, "decay", None) == "additive":
+        return "LightNet additive decay (the running mean kv and its log-normaliser)"
+    return None
+
+
+def _with_weights_at(model, dtype: torch.dtype, run, state):
+    """``run(model, state)`` with every floating parameter and buffer of ``model`` read at ``dtype`` (through
+    ``torch.func.functional_call``: the parameters are not changed and gradients reach them). Without gradients
+    the cast weights are kept until a parameter changes (its storage or in-place version counter)."""
+    names = [(n, p) for n, p in model.named_parameters()] + [(n, b) for n, b in model.named_buffers()]
+    key = (dtype, tuple((n, p.data_ptr(), p._version, p.dtype) for n, p in names))
+    cached = model.__dict__.get("_precision_cache")
+    if torch.is_grad_enabled() or cached is None or cached[0] != key:
+        cast = {n: (p.to(dtype) if p.is_floating_point() and p.dtype != dtype else p) for n, p in names}
+        if not torch.is_grad_enabled():
+            model.__dict__["_precision_cache"] = (key, cast)
+    else:
+        cast = cached[1]
+    return torch.func.functional_call(_Runner(model), {f"model.{n}": p for n, p in cast.items()},
+                                      (run, state), strict=False, tie_weights=True)
+
+
+class _Runner(torch.nn.Module):
+    """``forward(run, state) = run(model, state)``: a module to hand ``functional_call`` a method other than forward."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, run, state):
+        return run(self.model, state)
 
 
 def _owner(state) -> str:
