@@ -114,14 +114,20 @@ class RelationBlock(nn.Module):
         """Floats per sequence after ``t`` tokens: the running log-sum (linear) or every past ``p_i``."""
         return self.d_hidden if self.streams_in_constant_time else self.d_hidden * t
 
-    def step(self, x_t: torch.Tensor, state):
-        """One token: ``x_t`` (B, D) -> ``(y_t, new_state)``, equal to row t of ``forward``."""
+    def _step_inputs(self, x_t: torch.Tensor):
+        """``(p_t, q_t, the op's keywords)`` of one token ``x_t`` (B, D), checked."""
         if x_t.dim() != 2 or x_t.shape[-1] != self.d_model:
             raise ValueError(f"x_t: expected shape (B, {self.d_model}), got {tuple(x_t.shape)}")
         p_t, q_t = self.project(x_t)
         kw = self._op_kwargs()
         if self.streams_in_constant_time:
             kw.pop("activation")
+        return p_t, q_t, kw
+
+    def step(self, x_t: torch.Tensor, state):
+        """One token: ``x_t`` (B, D) -> ``(y_t, new_state)``, equal to row t of ``forward``."""
+        p_t, q_t, kw = self._step_inputs(x_t)
+        if self.streams_in_constant_time:
             r_t, state = relation_step(p_t, q_t, state, **kw)
         else:
             state = torch.cat([state, p_t[:, None]], dim=1)
@@ -133,12 +139,8 @@ class RelationBlock(nn.Module):
         ``seqlab.layers.rows``); rows where ``active`` is False keep their state exactly. The linear state's count
         becomes one per row; the kept ``p_i`` are written at index ``t_r`` of each row, each row's query reads its
         own ``t_r + 1`` keys (the rows at one position in one call)."""
-        if x_t.dim() != 2 or x_t.shape[-1] != self.d_model:
-            raise ValueError(f"x_t: expected shape (B, {self.d_model}), got {tuple(x_t.shape)}")
-        p_t, q_t = self.project(x_t)
-        kw = self._op_kwargs()
+        p_t, q_t, kw = self._step_inputs(x_t)
         if self.streams_in_constant_time:
-            kw.pop("activation")
             r_t, new = relation_step(p_t, q_t, RelationState(state.log_sum, t), **kw)
             log_sum = torch.where(active[:, None], new.log_sum, state.log_sum)
             return self._output(r_t, x_t), RelationState(log_sum, t + active.long())

@@ -236,20 +236,14 @@ class DecodingModel(SequenceModel):
         self.check_state(state, tokens.shape[0])
         return self._at_precision(lambda m, s: m._prefill(tokens, s, lengths=lengths), state)
 
-    def _prefill(self, tokens, state: dict | None = None, *, lengths=None) -> tuple[torch.Tensor, dict]:
+    def _prefill(self, tokens, state: dict, *, lengths=None) -> tuple[torch.Tensor, dict]:
         """``tokens`` (B, P) in one parallel pass: logits (B, P, vocab_size) and the state after them.
 
         Prompts of different lengths: ``tokens`` a list of token sequences, or a (B, P) tensor right-padded
         (pads of any value) with ``lengths`` (B ints, each 1 to P). The shared prefix is read in parallel and the
         rest by masked steps; row ``r``'s logits ``[:lengths[r]]`` and state are those of its prompt read alone,
-        its logits past them zeros, and the state holds one position per row (the module docstring)."""
-        self._check_decoder("prefill")
-        if lengths is None and isinstance(tokens, torch.Tensor):
-            self.check_tokens(tokens)
-        else:
-            tokens, lengths = self._ragged_prompt(tokens, lengths)
-        state = self.init_state(tokens.shape[0]) if state is None else state
-        self.check_state(state, tokens.shape[0])
+        its logits past them zeros, and the state holds one position per row (the module docstring). ``tokens``,
+        ``lengths`` and ``state`` come checked, as :meth:`prefill` hands them on."""
         ragged_state = isinstance(state["t"], torch.Tensor)
         if ragged_state or (lengths is not None and bool((lengths != tokens.shape[1]).any())):
             return self._prefill_ragged(tokens, lengths, state)
