@@ -11,7 +11,7 @@ read from kept weights, and a snapshot of the record staged for a commit. One su
     .venv/bin/python tools/recall_sweep.py snapshot [--lesson] && git commit -m "Recall sweep: ..."
     .venv/bin/python tools/recall_sweep.py plan [--budget 60] [--write]   # the next sitting: cells, CPU-hours
 
-**The next sitting** (``plan``, issue #65: the frontier measured, not bracketed): the cells
+**The next sitting** (``plan``: the frontier measured, not bracketed): the cells
 ``seqlab.experiments.recall_sweep_next`` proposes from the finished medium record (bracket refinement, the cells whose
 runs still rose at the end, DeltaNet and Gated DeltaNet, each addition against a base of equal state, the LRNN's
 state alone, 16 pairs at 128 tokens), each with why, its width, parameters and state (and per layer), and an estimate
@@ -429,7 +429,7 @@ def plan_next(record: Path = RECORD, budget: float = 60.0, write: bool = False, 
         for profile in profiles:
             path = folder / profile / "recall-sweep.toml"
             mine = [e for e in chosen if e["profile"] == profile]
-            header = [f"The recall sweep's next sitting, profile {profile!r} (issue #65), written by",
+            header = [f"The recall sweep's next sitting, profile {profile!r}, written by",
                       f"`{PROG} plan --budget {budget:g} --write` from {Path(record).name} ({len(data['runs'])} runs):",
                       f"{len(mine)} cells x pairs, about {sum(e['cpu_h'] for e in mine):.1f} CPU-hours by the recorded "
                       "wall_s of the most similar cells.", "",

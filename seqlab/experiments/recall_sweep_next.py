@@ -1,4 +1,4 @@
-"""The recall sweep's next sitting (issue #65: the frontier measured, not bracketed): the cells to run, under which
+"""The recall sweep's next sitting (the frontier measured, not bracketed): the cells to run, under which
 protocol, and what they cost, read from a record (the finished medium one, ``results/arena/recall-sweep-medium.json``).
 
 The protocol (:data:`PROTOCOL`): runs to convergence. Each run stops at the first evaluation whose validation
