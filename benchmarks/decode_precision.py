@@ -3,7 +3,8 @@ bfloat16 or float16 (``model.init_state(dtype=)``), with the weights in float32 
 
     .venv/bin/python benchmarks/decode_precision.py                       # 4,096 generated tokens, every family
     .venv/bin/python benchmarks/decode_precision.py --quick --models lrnn # 48 tokens: a smoke test
-    .venv/bin/python benchmarks/decode_precision.py --markdown benchmarks/results/decode_precision.md
+    .venv/bin/python benchmarks/decode_precision.py --markdown benchmarks/results/decode_precision.md \
+        --json benchmarks/results/decode_precision.json                   # the committed record (lesson 07 draws it)
 
 Small random models: ``d_model=32``, 2 layers, vocabulary 64, the registry's defaults otherwise (2 heads where a
 family has heads; learned positions sized to the run), weights from ``torch.manual_seed(0)``, one sequence.
@@ -28,13 +29,12 @@ close together, so a greedy choice flips on small differences: ``departs at`` is
 from __future__ import annotations
 
 import argparse
-import copy
 import datetime
+import json
 import os
 import platform
 import sys
 import time
-import warnings
 
 import torch
 
@@ -59,59 +59,22 @@ def build(name: str, n_tokens: int, weights: torch.dtype):
     return models.build(name, vocab_size=VOCAB, d_model=D_MODEL, n_layers=LAYERS, **extra).to(weights).eval()
 
 
-def reference(model, prompt: torch.Tensor, n_tokens: int):
-    """The float64 greedy decode: the generated tokens (n,) and their logits (n, vocab) in float64."""
-    ref = copy.deepcopy(model).to(torch.float64)
-    logits, state = ref.prefill(prompt, ref.init_state(1, dtype=torch.float64))
-    rows, tokens = [], []
-    last = logits[:, -1]
-    for _ in range(n_tokens):
-        rows.append(last[0])
-        tok = last.argmax(-1)
-        tokens.append(int(tok))
-        last, state = ref.step(tok, state)
-    return torch.tensor(tokens), torch.stack(rows)
-
-
-def forced(model, prompt: torch.Tensor, tokens: torch.Tensor, state_dtype: torch.dtype) -> torch.Tensor:
-    """The logits (n, vocab) of ``model`` with a ``state_dtype`` state, teacher-forced on ``tokens``; checks
-    that the state keeps its dtype at every step."""
-    from seqlab.models.decoding import state_tensors
-
-    state = model.init_state(1, dtype=state_dtype)
-    dtypes = sorted({str(t.dtype) for t in state_tensors(state["blocks"])})
-    logits, state = model.prefill(prompt, state)
-    rows, last = [], logits[:, -1]
-    for tok in tokens.tolist():
-        rows.append(last[0].double())
-        last, state = model.step(torch.tensor([tok]), state)
-    after = sorted({str(t.dtype) for t in state_tensors(state["blocks"])})
-    if after != dtypes:
-        raise AssertionError(f"the state's dtypes changed while decoding: {dtypes} -> {after}")
-    return torch.stack(rows)
-
-
 def measure(name: str, n_tokens: int, weight_dtypes, state_dtypes) -> list[dict]:
+    """One row per weight dtype and state dtype, from ``seqlab.readout.decode_drift``."""
+    from seqlab import readout
+
     prompt = torch.randint(0, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(1))
     rows = []
-    with torch.no_grad():
-        for wname in weight_dtypes:
-            model = build(name, n_tokens, WEIGHT_DTYPES[wname])
-            tokens, ref = reference(model, prompt, n_tokens)
-            scale = float(ref.abs().max())
-            for sname in state_dtypes:
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    got = forced(model, prompt, tokens, STATE_DTYPES[sname])
-                warned = any("init_state" in str(w.message) for w in caught)
-                diff = (got - ref).abs()
-                finite = bool(torch.isfinite(got).all())
-                departs = (got.argmax(-1) != tokens).nonzero()
-                rows.append({"model": name, "weights": wname, "state": sname,
-                             "max_abs_dlogit": float(diff.max()) if finite else float("inf"),
-                             "logit_scale": scale,
-                             "departs_at": int(departs[0]) if len(departs) else None,
-                             "warned": warned, "finite": finite})
+    for wname in weight_dtypes:
+        drift = readout.decode_drift(build(name, n_tokens, WEIGHT_DTYPES[wname]), prompt, n_tokens,
+                                     [STATE_DTYPES[s] for s in state_dtypes])
+        for sname in state_dtypes:
+            d = drift["dlogit"][STATE_DTYPES[sname]]
+            finite = bool(torch.isfinite(d).all())
+            rows.append({"model": name, "weights": wname, "state": sname,
+                         "max_abs_dlogit": float(d.max()), "logit_scale": drift["logit_scale"],
+                         "departs_at": drift["departs_at"][STATE_DTYPES[sname]],
+                         "warned": drift["warned"][STATE_DTYPES[sname]], "finite": finite})
     return rows
 
 
@@ -137,6 +100,7 @@ def main(argv=None) -> int:
     p.add_argument("--weights", nargs="+", default=list(WEIGHT_DTYPES), choices=list(WEIGHT_DTYPES))
     p.add_argument("--states", nargs="+", default=list(STATE_DTYPES), choices=list(STATE_DTYPES))
     p.add_argument("--markdown", default=None, metavar="PATH", help="also write the table, command and machine")
+    p.add_argument("--json", default=None, metavar="PATH", help="also write the rows, command and machine as JSON")
     args = p.parse_args(argv)
     n = args.tokens or (QUICK_TOKENS if args.quick else FULL_TOKENS)
     torch.set_num_threads(args.threads)
@@ -153,13 +117,20 @@ def main(argv=None) -> int:
         print(table(got), f"\n({name}: {time.time() - t0:.0f} s)", flush=True)
     text = table(rows)
     print("\n" + text)
+    cmd = " ".join([".venv/bin/python benchmarks/decode_precision.py", *(sys.argv[1:] if argv is None else argv)])
+    machine = (f"{platform.platform()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs (shared), "
+               f"torch {torch.__version__}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"setting": header, "command": cmd, "date": datetime.date.today().isoformat(),
+                       "machine": machine, "tokens": n, "run_s": round(time.time() - start), "rows": rows},
+                      f, indent=1)
+            f.write("\n")
     if args.markdown:
-        cmd = " ".join([".venv/bin/python benchmarks/decode_precision.py", *(sys.argv[1:] if argv is None else argv)])
         with open(args.markdown, "w", encoding="utf-8") as f:
             f.write(f"# Decoding state precision\n\n{header}.\n\n"
                     f"- command: `{cmd}`\n- date: {datetime.date.today().isoformat()}\n"
-                    f"- machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
-                    f"{os.cpu_count()} CPUs (shared), torch {torch.__version__}\n"
+                    f"- machine: {machine}\n"
                     f"- run time: {time.time() - start:.0f} s\n\n"
                     "`max abs dlogit`: largest logit difference from the float64 decode (same weights, same tokens);"
                     " `departs at`: first generated position whose greedy token differs from float64's (`-`: never)."

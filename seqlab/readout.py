@@ -378,3 +378,80 @@ def lightnet_tpe_decays(model: nn.Module) -> torch.Tensor | None:
 
 
 __all__ += ["lightnet_attention_matrix", "lightnet_tpe_decays"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Decoding: how far a state kept at a lower precision moves the logits
+# ---------------------------------------------------------------------------------------------------------------
+
+def decode_drift(model: nn.Module, prompt: torch.Tensor, n_tokens: int,
+                 state_dtypes: Iterable[torch.dtype] = (torch.float32, torch.bfloat16, torch.float16)) -> dict:
+    """How far each state dtype moves a causal language model's logits while it decodes.
+
+    The reference is the same weights in float64 with a float64 state: ``prompt`` (1, P) is prefilled and
+    ``n_tokens`` are decoded greedily. Each state dtype (``model.init_state(dtype=)``) then decodes the same
+    prompt **teacher-forced** on the reference's tokens, so that a difference does not compound through
+    different tokens. Returns a dict:
+
+    - ``"tokens"``: (n,) the reference's greedy tokens; ``"logit_scale"``: the reference's largest ``|logit|``;
+    - ``"dlogit"``: ``{dtype: (n,) float64}``, the largest ``|logit - reference logit|`` at each generated position;
+    - ``"departs_at"``: ``{dtype: int | None}``, the first position whose argmax differs from the reference's
+      token (where free greedy decoding would first depart), None if none does;
+    - a position whose logits are not finite (a float16 sum that overflowed) has ``dlogit`` inf and departs;
+    - ``"warned"``: ``{dtype: bool}``, whether ``init_state`` warned that this state accumulates at low precision.
+
+    The model is not changed (the reference is a float64 copy). Raises ValueError on a prompt that is not (1, P)
+    integer tokens with P >= 1, or ``n_tokens`` < 1.
+    """
+    import copy
+    import warnings
+
+    from seqlab.models.decoding import StatePrecisionWarning, state_tensors
+
+    if (not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.shape[0] != 1 or prompt.shape[1] < 1
+            or prompt.is_floating_point() or prompt.is_complex()):
+        raise ValueError(f"prompt: expected integer tokens of shape (1, P) with P >= 1, got "
+                         f"{getattr(prompt, 'shape', type(prompt).__name__)!r}")
+    if not isinstance(n_tokens, int) or n_tokens < 1:
+        raise ValueError(f"n_tokens: expected an int >= 1, got {n_tokens!r}")
+
+    def greedy_reference():
+        ref = copy.deepcopy(model).to(torch.float64)
+        logits, state = ref.prefill(prompt, ref.init_state(1, dtype=torch.float64))
+        last, rows, tokens = logits[:, -1], [], []
+        for _ in range(n_tokens):
+            rows.append(last[0])
+            tokens.append(int(last.argmax(-1)))
+            last, state = ref.step(torch.tensor(tokens[-1:]), state)
+        return torch.tensor(tokens), torch.stack(rows)
+
+    def forced(dtype):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", StatePrecisionWarning)
+            state = model.init_state(1, dtype=dtype)
+        kept = sorted({str(t.dtype) for t in state_tensors(state["blocks"])})
+        logits, state = model.prefill(prompt, state)
+        rows, last = [], logits[:, -1]
+        for tok in tokens.tolist():
+            rows.append(last[0].double())
+            last, state = model.step(torch.tensor([tok]), state)
+        after = sorted({str(t.dtype) for t in state_tensors(state["blocks"])})
+        if after != kept:
+            raise AssertionError(f"the state's dtypes changed while decoding: {kept} -> {after}")
+        return torch.stack(rows), any(issubclass(w.category, StatePrecisionWarning) for w in caught)
+
+    with evaluating(model):
+        tokens, reference = greedy_reference()
+        out = {"tokens": tokens, "logit_scale": float(reference.abs().max()), "dlogit": {}, "departs_at": {},
+               "warned": {}}
+        for dtype in state_dtypes:
+            got, warned = forced(dtype)
+            finite = torch.isfinite(got).all(-1)
+            departs = ((got.argmax(-1) != tokens) | ~finite).nonzero()
+            out["dlogit"][dtype] = torch.where(finite, (got - reference).abs().amax(-1), torch.inf)
+            out["departs_at"][dtype] = int(departs[0]) if len(departs) else None
+            out["warned"][dtype] = warned
+    return out
+
+
+__all__ += ["decode_drift"]

@@ -141,3 +141,40 @@ def test_the_precision_benchmark_runs_quick(capsys):
     rows = bench.measure("linear-causalrn", 6, ["float32"], ["float32", "bfloat16"])
     assert rows[0]["max_abs_dlogit"] < 1e-5 and rows[0]["departs_at"] is None
     assert rows[1]["max_abs_dlogit"] > rows[0]["max_abs_dlogit"]
+
+
+def test_decode_drift_measures_against_a_float64_decode():
+    from seqlab import readout
+
+    model = dec._lm("linear-transformer", torch.float32)
+    before = copy.deepcopy(model.state_dict())
+    prompt = _tokens_prompt()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StatePrecisionWarning)
+        drift = readout.decode_drift(model, prompt, 12, [torch.float64, torch.float32, torch.bfloat16])
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())      # the model is not changed
+    assert drift["tokens"].shape == (12,) and drift["logit_scale"] > 0
+    assert float(drift["dlogit"][torch.float64].max()) < 1e-5   # float32 weights read in float64: the same decode
+    assert 0 < float(drift["dlogit"][torch.float32].max()) < 1e-4
+    assert float(drift["dlogit"][torch.bfloat16].max()) > float(drift["dlogit"][torch.float32].max())
+    assert drift["warned"] == {torch.float64: False, torch.float32: False, torch.bfloat16: True}
+    assert drift["departs_at"][torch.float64] is None
+    # the reference is greedy: each token is the argmax of the float64 logits before it
+    ref = copy.deepcopy(model).double()
+    logits, _ = ref.prefill(prompt)
+    assert int(drift["tokens"][0]) == int(logits[0, -1].argmax())
+
+
+def _tokens_prompt():
+    return torch.randint(0, dec.VOCAB, (1, 5), generator=torch.Generator().manual_seed(3))
+
+
+@pytest.mark.parametrize("prompt, n, match", [(torch.zeros(2, 3, dtype=torch.long), 4, "prompt"),
+                                              (torch.zeros(1, 3), 4, "prompt"),
+                                              (torch.zeros(1, 0, dtype=torch.long), 4, "prompt"),
+                                              (torch.zeros(1, 3, dtype=torch.long), 0, "n_tokens")])
+def test_decode_drift_refuses_bad_input(prompt, n, match):
+    from seqlab import readout
+
+    with pytest.raises(ValueError, match=match):
+        readout.decode_drift(dec._lm("lrnn", torch.float32), prompt, n)
