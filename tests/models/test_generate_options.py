@@ -1,5 +1,5 @@
 """generate's stop tokens, per-row seeds and on_token callback, and the CLI's --stop, --seed and --stream
-(issue #67, point 4: sampling as users expect it)."""
+(sampling as users expect it)."""
 import pytest
 import torch
 

@@ -1,4 +1,4 @@
-"""Prompts of different lengths decode together (issue #67, point 1: ragged batches).
+"""Prompts of different lengths decode together: ragged batches.
 
 Every causal family of the decoding tests (``test_decoding.CONFIGS``), float64, random weights: a batch of five
 prompts of 1 to 33 tokens gives, row by row, the logits and final state of that prompt decoded alone (prefill,
