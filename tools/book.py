@@ -59,7 +59,7 @@ SUMMARIES = {
           "equations, and GLA, Lightning Attention and Mamba-2 on one map.",
     "07": "Train in parallel, decode as a recurrence: every family's state, checked step by step, and what it "
           "costs.",
-    "08": "The arena: seven families on eight memory tasks at one parameter budget, which model for what, and what "
+    "08": "The arena: nine families on eight memory tasks at one parameter budget, which model for what, and what "
           "to build next: the read-back error of an outer-product state, and short convolutions.",
     "09": "The delta rule: DeltaNet reads before it writes, its transition the identity minus rank one; the chunked "
           "UT form for all chunks at once, Gated DeltaNet's decay, and MQAR against the Linear Transformer.",

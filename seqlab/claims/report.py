@@ -161,14 +161,20 @@ def arena_figures(out: Path) -> dict:
 
 
 def _arena(out: Path) -> tuple[dict, dict]:
+    """The medium grid with the later sitting's families beside it
+    (:func:`seqlab.experiments.arena_results.load_with_delta`), and the settings to read it with: the merged
+    record's config, which lists the families of both sittings (the medium profile's where there is no config)."""
     from seqlab.experiments import arena_results as arena
 
-    return arena.load(arena_file(out)), arena.sizes("medium")
+    data = arena.load_with_delta(arena_file(out).parent)
+    return data, data.get("config") or arena.sizes("medium")
 
 
 def arena_section(out: Path) -> list[str]:
-    """The medium arena on the results page: its setup, each task's positive control and verdict
-    (:func:`seqlab.experiments.arena_results.rank`: a task whose control did not learn is not ranked), each family's
+    """The medium arena on the results page, with the families of the later sitting beside the first seven where
+    ``arena/medium-delta.json`` is there (:func:`_arena`): its setup, each task's positive control and verdict
+    (:func:`seqlab.experiments.arena_results.rank`: a task whose control did not learn is not ranked), the controls
+    run again in the later sitting (:func:`seqlab.experiments.arena_results.control_replication`), each family's
     test accuracy at the base budget, and the two figures (written beside the grid by ``write_summary``)."""
     from seqlab.experiments import arena_results as arena
 
@@ -176,23 +182,30 @@ def arena_section(out: Path) -> list[str]:
     rows = arena.summarize(data["runs"], cfg)
     verdicts = arena.control_verdicts(data, cfg)
     ranking = arena.rank(rows, verdicts, cfg)
+    again = arena.control_replication(data, cfg) if "delta_controls" in data else None
     rates = ", ".join(f"{lr:g}" for lr in cfg["lrs"])
     lines = ["## The arena: `arena/medium.json`", "",
-             f"{len(data['runs'])} runs and {len(data.get('controls', []))} control runs: seven families on eight "
+             f"{len(data['runs'])} runs and {len(data.get('controls', []))} control runs: "
+             f"{_count(len(cfg['families']))} families on {_count(len(cfg['tasks']))} "
              f"tasks at matched size (a Transformer of `d_model` {cfg['base_width']}), {cfg['steps']} steps of batch "
              f"{cfg['batch_size']}, rates {rates} (a grid extended past an edge while the best rate sits there; the "
              f"rate chosen on validation at seed 0), {cfg['seeds']} seeds at the chosen rate, test accuracy. Made by "
              "`python -m seqlab experiment arena profile=medium workers=2 checkpoint_dir=results/.runs/arena` "
              "(resumable); lesson 08 §5 reads it; `notes/arena.md` says how it was calibrated and what it replaced. "
              f"A family is named alone only where its mean beats the next by more than both seeds' spreads and by "
-             f"more than {arena.MIN_GAP}; a task whose positive control missed its threshold is not ranked.", "",
-             "| task | positive control: test accuracy per seed (threshold) | verdict |", "|---|---|---|"]
+             f"more than {arena.MIN_GAP}; a task whose positive control missed its threshold is not ranked."]
+    if again is not None:
+        lines[-1] += " " + _later_sitting(data)
+    lines += ["", "| task | positive control: test accuracy per seed (threshold) | "
+              + ("run again in the later sitting | " if again is not None else "") + "verdict |",
+              "|---|---|" + ("---|" if again is not None else "") + "---|"]
     for task in cfg["tasks"]:
         v = verdicts[task]
         control = ("none" if v["verdict"] == "no control" else
                    f"{v['family']}: " + (" / ".join(f"{a:.3f}" for a in v["accuracy"]) or "not run yet")
                    + f" ({v['threshold']})")
-        lines.append(f"| {task} | {control} | {ranking[task]['verdict']} |")
+        replication = f" {_replication(again[task])} |" if again is not None else ""
+        lines.append(f"| {task} | {control} |{replication} {ranking[task]['verdict']} |")
     base = {(r["family"], r["task"]): r for r in arena.base_rows(rows, cfg)}
     lines += ["", "Test accuracy, mean ± spread over the seeds, and the chosen rate:", "",
               "| family | " + " | ".join(cfg["tasks"]) + " |", "|---|" + "---|" * len(cfg["tasks"])]
@@ -208,6 +221,40 @@ def arena_section(out: Path) -> list[str]:
         elif json_.is_file():
             lines += ["", f"Figure, {title}: [`arena/{json_.name}`](arena/{json_.name}) (plotly JSON)."]
     return lines
+
+
+COUNTS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
+FAMILY_NAMES = {"deltanet": "DeltaNet", "gated-deltanet": "Gated DeltaNet"}
+
+
+def _count(n: int) -> str:
+    """``n`` in words up to twelve, in digits beyond."""
+    return COUNTS[n] if 0 <= n < len(COUNTS) else str(n)
+
+
+def _later_sitting(data: dict) -> str:
+    """The sentence that says which families the later sitting added, where it is recorded and how it was run."""
+    families = data["delta_families"]
+    names = " and ".join(f"{FAMILY_NAMES.get(f, f)} (`{f}`)" for f in families)
+    were, their = ("were", "their") if len(families) > 1 else ("was", "its")
+    listed = "[" + ",".join(f"'{f}'" for f in families) + "]"
+    runs = sum(r["family"] in families for r in data["runs"])
+    return (f"{names} {were} run later in {their} own sitting (`arena/medium-delta.json`, {runs} runs and "
+            f"{len(data['delta_controls'])} control runs: the same protocol, the positive controls run again and "
+            "shown beside the first ones, whose verdicts stand), by "
+            f"`python -m seqlab experiment arena profile=medium \"families={listed}\" "
+            f"\"length_sweep_families={listed}\" workers=1 checkpoint_dir=results/.runs/arena-delta "
+            "out=results/arena/medium-delta.json`.")
+
+
+def _replication(again: dict) -> str:
+    """One cell of the controls run again: their accuracy per seed and whether every seed passed its threshold."""
+    if not again.get("family"):
+        return "none"
+    seeds = " / ".join(f"{a:.3f}" for a in again["accuracy"])
+    if again["passed"] is None:
+        return f"{seeds} (not every seed run yet)" if seeds else "not run yet"
+    return f"{seeds}: **{'passed again' if again['passed'] else 'missed'}**"
 
 
 def _control_lines(record: dict) -> list[str]:

@@ -51,8 +51,9 @@ from seqlab.experiments.arena_families import (FAMILIES, TOLERANCE, _core_count,
 from seqlab.experiments.arena_grid import (MAX_EXTENSIONS, SIZES, TASKS, best_rate, chosen_lrs,  # noqa: F401
                                           control_specs, filler_of, in_grid, init_of, plan, rate_grid, run_key,
                                           search_rates, sizes, spec_key)
-from seqlab.experiments.arena_results import (MIN_GAP, NOT_LEARNED, RESULTS_DIR, base_rows, cell_runs,  # noqa: F401
-                                             control_verdicts, default_out, load, rank, summarize)
+from seqlab.experiments.arena_results import (MIN_GAP, NOT_LEARNED, RESULTS_DIR, add_sitting,  # noqa: F401
+                                             base_rows, cell_runs, check_same_protocol, control_replication,
+                                             control_verdicts, default_out, load, load_with_delta, rank, summarize)
 from seqlab.experiments.arena_runner import (build_model, describe_run, make_task, recorder, run_all,  # noqa: F401
                                             run_name, run_one, versions)
 from seqlab.train import INITIAL_LOSS_TOLERANCE, THRESHOLDS, check_initial_loss, first_step_at  # noqa: F401
@@ -60,7 +61,8 @@ from seqlab.train import INITIAL_LOSS_TOLERANCE, THRESHOLDS, check_initial_loss,
 __all__ = ["FAMILIES", "TASKS", "SIZES", "arena", "core_parameters", "matched_width", "plan", "chosen_lrs", "in_grid",
            "run_key", "first_step_at", "search_rates", "best_rate", "rate_grid", "control_specs", "control_verdicts",
            "summarize", "base_rows", "cell_runs", "rank", "sizes",
-           "load", "default_out", "run_one", "RESULTS_DIR", "width_step", "family_order"]
+           "load", "load_with_delta", "add_sitting", "control_replication", "default_out", "run_one", "RESULTS_DIR",
+           "width_step", "family_order"]
 
 
 def _families(value, workers: int) -> list | None:

@@ -1,6 +1,8 @@
 """Reading the arena's results (:mod:`seqlab.experiments.arena`; lesson 08 and the results page read them): the
-results file (:func:`load`), the rows at each cell's chosen rate (:func:`summarize`), the runs of one task
-(:func:`cell_runs`), the positive controls' verdicts (:func:`control_verdicts`) and the ranking (:func:`rank`).
+results file (:func:`load`; the medium grid with the families of a later sitting beside it: :func:`load_with_delta`),
+the rows at each cell's chosen rate (:func:`summarize`), the runs of one task (:func:`cell_runs`), the positive
+controls' verdicts (:func:`control_verdicts`; run again in the later sitting: :func:`control_replication`) and the
+ranking (:func:`rank`).
 """
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from seqlab.experiments.arena_grid import (TASKS, _is_base_length, chosen_lrs, c
                                           run_key, sizes, spec_key)
 
 __all__ = ["RESULTS_DIR", "default_out", "load", "sizes", "control_verdicts", "summarize", "base_rows", "cell_runs",
-           "NOT_LEARNED", "MIN_GAP", "rank"]
+           "NOT_LEARNED", "MIN_GAP", "rank", "PROTOCOL", "MEDIUM", "MEDIUM_DELTA", "load_with_delta", "add_sitting",
+           "check_same_protocol", "control_replication"]
 
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "results" / "arena"
 
@@ -28,6 +31,65 @@ def load(path) -> dict:
     from seqlab import results
 
     return results.read(path)
+
+
+MEDIUM, MEDIUM_DELTA = "medium.json", "medium-delta.json"   # the medium grid; DeltaNet's and Gated DeltaNet's sitting
+
+# The settings two sittings must share for their runs to stand in one table: the budget, the seeds, the rate grid,
+# the tasks and their data, the matched size. (The families and the length sweep's families may differ.)
+PROTOCOL = ("steps", "seeds", "lrs", "tasks", "base_width", "batch_size", "n_layers", "reference", "train_size",
+            "validation_size", "test_size")
+
+
+def load_with_delta(results_dir=RESULTS_DIR) -> dict:
+    """The medium grid (``medium.json`` in ``results_dir``) with the later sitting of DeltaNet and Gated DeltaNet
+    (``medium-delta.json``, the same protocol) beside it (:func:`add_sitting`); the grid alone where that file is
+    not there. Either file may still be growing: a task the later sitting has not reached has no rows of its
+    families yet."""
+    results_dir = Path(results_dir)
+    data = load(results_dir / MEDIUM)
+    delta = results_dir / MEDIUM_DELTA
+    return add_sitting(data, load(delta)) if delta.is_file() else data
+
+
+def add_sitting(data: dict, later: dict) -> dict:
+    """The record ``data`` with the runs of ``later`` (a sitting of the same protocol, :func:`check_same_protocol`,
+    for other families) appended and its families added to the config's ``families`` (and to
+    ``length_sweep_families`` where the config has it). The later sitting's positive controls are kept apart, under
+    ``"delta_controls"``: the verdicts still come from ``data``'s controls, the later ones are a replication
+    (:func:`control_replication`); ``"delta_families"`` lists the families it added. Neither argument is changed.
+    """
+    cfg, extra = data.get("config"), later.get("config")
+    if not cfg or not extra:
+        raise ValueError(f"{'data' if not cfg else 'later'}: a results file without a config cannot be merged")
+    check_same_protocol(cfg, extra)
+    both = sorted(set(cfg["families"]) & set(extra["families"]))
+    if both:
+        raise ValueError(f"later: families {both} are already in the first record; a later sitting adds families")
+    merged = {**cfg, "families": [*cfg["families"], *extra["families"]]}
+    if "length_sweep_families" in cfg:
+        merged["length_sweep_families"] = [*cfg["length_sweep_families"],
+                                           *extra.get("length_sweep_families", extra["families"])]
+    return {**data, "config": merged, "runs": [*data["runs"], *later["runs"]],
+            "delta_controls": list(later.get("controls", [])), "delta_families": list(extra["families"])}
+
+
+def check_same_protocol(cfg: dict, later: dict) -> None:
+    """Raise a ValueError naming the first setting on which the configs ``cfg`` and ``later`` differ: those of
+    :data:`PROTOCOL`, then ``controls`` (each control's family, rate, threshold and init: the later sitting's runs
+    of them are read beside the first's)."""
+    for key in PROTOCOL:
+        if cfg.get(key) != later.get(key):
+            raise ValueError(f"{key}: the later sitting ran {later.get(key)!r}, the first {cfg.get(key)!r}; "
+                             "runs of two protocols are not put in one table")
+    if _control_settings(cfg) != _control_settings(later):
+        raise ValueError(f"controls: the later sitting ran {_control_settings(later)!r}, the first "
+                         f"{_control_settings(cfg)!r}")
+
+
+def _control_settings(cfg: dict) -> dict:
+    return {task: {k: c.get(k) for k in ("family", "lr", "threshold", "init")}
+            for task, c in cfg.get("controls", {}).items()}
 
 
 def control_verdicts(data: dict, cfg: dict) -> dict:
@@ -52,6 +114,17 @@ def control_verdicts(data: dict, cfg: dict) -> dict:
         out[task] = {"verdict": verdict, "family": control["family"], "threshold": control["threshold"],
                      "accuracy": acc}
     return out
+
+
+def control_replication(data: dict, cfg: dict) -> dict:
+    """``{task: {"family", "threshold", "accuracy", "passed"}}`` of the positive controls the later sitting ran
+    again (``data["delta_controls"]``, :func:`load_with_delta`): ``accuracy`` per seed as far as they ran,
+    ``passed`` True when every seed reached the threshold again, False when one missed it, None while some seeds
+    have not run (and for a task without a control)."""
+    again = control_verdicts({"controls": data.get("delta_controls", [])}, cfg)
+    passed = {"ranked": True, "inconclusive: the control did not learn": False}
+    return {task: {**{k: v for k, v in verdict.items() if k != "verdict"}, "passed": passed.get(verdict["verdict"])}
+            for task, verdict in again.items()}
 
 
 def summarize(runs: list[dict], cfg: dict) -> list[dict]:

@@ -18,8 +18,9 @@ from plotly.subplots import make_subplots
 __all__ = ["COLORS", "SEQUENTIAL", "DIVERGING", "CYCLIC", "FONT", "TEMPLATE", "TEMPLATE_NAME", "color",
            "new_figure", "apply_style", "use_stable_renderer"]
 
-# Okabe-Ito: distinguishable with the common colour-vision deficiencies; order = order of runs.
-COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
+# Okabe-Ito's eight, distinguishable with the common colour-vision deficiencies, and its usual grey as a ninth (the
+# arena's nine families each get their own); order = order of runs.
+COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000", "#999999")
 SEQUENTIAL = "Viridis"   # magnitudes: gates, attention weights, |coefficients|
 DIVERGING = "RdBu_r"     # signed values, centred on 0 (zmid=0)
 CYCLIC = "Twilight"      # phases / angles

@@ -337,3 +337,90 @@ def test_cell_runs_are_the_chosen_rates_seeds_or_the_whole_search():
     every = A.cell_runs(runs, cfg, "mqar", chosen_only=False)
     assert [(r["lr"], r["seed"]) for r in every["gateloop"]] == [(1e-3, 0), (1e-3, 1), (3e-3, 0)]
     assert A.cell_runs(runs, cfg, "memorization") == {}
+
+
+def _sitting(families, tasks=("mqar", "memorization"), runs=(), controls=(), **kw):
+    """A results file of the quick sizes: two seeds, two rates, ``tasks``, the Transformer as every task's control."""
+    cfg = _cfg(families=list(families), seeds=2, tasks={t: A.SIZES["quick"]["tasks"][t] for t in tasks},
+               controls={t: {"family": "transformer", "lr": 1e-3, "threshold": 0.99, "source": "a test"}
+                         for t in tasks},
+               **kw)
+    return {"runs": list(runs), "controls": list(controls), "command": "python -m seqlab experiment arena",
+            "profile": "quick", "config": cfg}
+
+
+def _cell(family, task, accs=(0.9, 0.8)):
+    """A finished cell: seed 0 at both rates (1e-3 chosen), the other seed at it."""
+    return [_run(family, task, 0, 1e-3, val=0.9, acc=accs[0]), _run(family, task, 0, 3e-3, val=0.1, acc=0.1),
+            *[_run(family, task, s, 1e-3, val=0.9, acc=a) for s, a in enumerate(accs[1:], 1)]]
+
+
+def _controls(task, accs):
+    return [dict(_run("transformer", task, s, 1e-3, val=a, acc=a), control=True, threshold=0.99)
+            for s, a in enumerate(accs)]
+
+
+def test_a_later_sitting_adds_its_runs_and_families_and_keeps_its_controls_apart(tmp_path):
+    first = _sitting(["gateloop", "lrnn"], runs=[*_cell("gateloop", "mqar"), *_cell("lrnn", "mqar", (0.5, 0.5)),
+                                                 *_cell("gateloop", "memorization"), *_cell("lrnn", "memorization")],
+                     controls=_controls("mqar", (1.0, 1.0)) + _controls("memorization", (1.0, 1.0)),
+                     length_sweep_families=["gateloop"])
+    (tmp_path / "medium.json").write_text(json.dumps(first))
+    assert A.load_with_delta(tmp_path) == first                                  # no later sitting: the grid alone
+    later = _sitting(["deltanet", "gated-deltanet"], runs=[*_cell("deltanet", "mqar", (1.0, 1.0)),
+                                                           *_cell("gated-deltanet", "mqar", (1.0, 1.0))],
+                     controls=_controls("mqar", (1.0, 0.95)))                      # memorization not reached yet
+    (tmp_path / "medium-delta.json").write_text(json.dumps(later))
+    merged = A.load_with_delta(tmp_path)
+    cfg = merged["config"]
+    assert cfg["families"] == ["gateloop", "lrnn", "deltanet", "gated-deltanet"]
+    assert cfg["length_sweep_families"] == ["gateloop", "deltanet", "gated-deltanet"]
+    assert merged["runs"] == first["runs"] + later["runs"]
+    assert merged["delta_families"] == ["deltanet", "gated-deltanet"]
+    assert merged["controls"] == first["controls"] and merged["delta_controls"] == later["controls"]
+    assert json.loads((tmp_path / "medium.json").read_text()) == first           # neither file is rewritten
+    assert {t: v["verdict"] for t, v in A.control_verdicts(merged, cfg).items()} == {"mqar": "ranked",
+                                                                                     "memorization": "ranked"}
+    again = A.control_replication(merged, cfg)
+    assert again["mqar"] == {"family": "transformer", "threshold": 0.99, "accuracy": [1.0, 0.95], "passed": False}
+    assert again["memorization"]["accuracy"] == [] and again["memorization"]["passed"] is None
+    rows = A.summarize(merged["runs"], cfg)
+    assert {(r["family"], r["task"]) for r in A.base_rows(rows, cfg) if "delta" in r["family"]} == {
+        ("deltanet", "mqar"), ("gated-deltanet", "mqar")}                      # no rows where it has no runs yet
+    assert set(A.cell_runs(merged["runs"], cfg, "memorization")) == {"gateloop", "lrnn"}
+    ranking = A.rank(rows, A.control_verdicts(merged, cfg), cfg)
+    assert ranking["mqar"]["verdict"] == "tie: deltanet, gated-deltanet"
+    assert ranking["memorization"]["verdict"].startswith("pending")               # its later families have no seeds
+
+
+def test_a_later_sitting_passing_its_controls_again_on_every_task():
+    first = _sitting(["gateloop"], runs=_cell("gateloop", "mqar"), controls=_controls("mqar", (1.0, 1.0)),
+                     tasks=("mqar",))
+    later = _sitting(["deltanet"], runs=_cell("deltanet", "mqar"), controls=_controls("mqar", (0.995, 1.0)),
+                     tasks=("mqar",))
+    merged = A.add_sitting(first, later)
+    assert A.control_replication(merged, merged["config"])["mqar"]["passed"] is True
+    assert "length_sweep_families" not in merged["config"] and first["config"]["families"] == ["gateloop"]
+
+
+@pytest.mark.parametrize("key, value", [("steps", 80), ("seeds", 3), ("lrs", [1e-3, 1e-2]), ("base_width", 24),
+                                        ("batch_size", 16), ("tasks", {"mqar": A.SIZES["quick"]["tasks"]["mqar"]})])
+def test_a_later_sitting_of_another_protocol_is_refused_naming_the_setting(tmp_path, key, value):
+    first, later = _sitting(["gateloop"]), _sitting(["deltanet"])
+    later["config"][key] = value
+    (tmp_path / "medium.json").write_text(json.dumps(first))
+    (tmp_path / "medium-delta.json").write_text(json.dumps(later))
+    with pytest.raises(ValueError, match=rf"^{key}: the later sitting ran"):
+        A.load_with_delta(tmp_path)
+
+
+def test_a_later_sitting_with_other_controls_or_the_same_families_or_no_config_is_refused():
+    first = _sitting(["gateloop"])
+    later = _sitting(["deltanet"])
+    later["config"]["controls"]["mqar"]["threshold"] = 0.9
+    with pytest.raises(ValueError, match="^controls: "):
+        A.add_sitting(first, later)
+    with pytest.raises(ValueError, match=r"^later: families \['gateloop'\] are already"):
+        A.add_sitting(first, _sitting(["gateloop", "deltanet"]))
+    with pytest.raises(ValueError, match="^later: a results file without a config"):
+        A.add_sitting(first, {"runs": [], "controls": []})

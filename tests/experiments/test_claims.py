@@ -401,3 +401,44 @@ def test_the_results_page_ends_with_the_arenas_verdicts_and_leaves_a_task_unrank
     assert "![arena: validation accuracy during training at each family's chosen rate](arena/medium-curves.png)" in (
         claims.render_readme({"claims": []}, notes_dir=tmp_path / "notes"))
     assert "## The arena" not in claims.render_readme({"claims": []}, notes_dir=tmp_path / "elsewhere" / "notes")
+
+
+def test_the_results_pages_arena_shows_a_later_sittings_families_and_its_controls_run_again(tmp_path):
+    from seqlab.experiments import arena
+
+    tasks = ("mqar", "memorization")
+    cfg = {**arena.SIZES["quick"], "families": ["gateloop", "lrnn"], "lrs": [1e-3], "seeds": 2,
+           "tasks": {t: arena.SIZES["quick"]["tasks"][t] for t in tasks},
+           "controls": {t: {"family": "transformer", "lr": 1e-3, "threshold": 0.99} for t in tasks}}
+
+    def run(family, task, seed, acc, **kw):
+        return {"family": family, "task": task, "seed": seed, "lr": 1e-3, "width": cfg["base_width"], "seq_len": 32,
+                "accuracy": acc, "validation_accuracy": acc, "steps": cfg["steps"], "d_model": 16, "params": 1,
+                "state_size": 1, "wall_s": 1.0, "curve": [[0, 0.0], [40, acc]], **kw}
+
+    def controls(task, accs):
+        return [run("transformer", task, s, a, control=True, threshold=0.99) for s, a in enumerate(accs)]
+
+    first = {"runs": [run(f, t, s, acc) for t in tasks for s in (0, 1)
+                      for f, acc in (("gateloop", 0.95), ("lrnn", 0.6))],
+             "controls": controls("mqar", (1.0, 1.0)) + controls("memorization", (1.0, 1.0)), "config": cfg}
+    (tmp_path / "arena").mkdir()
+    (tmp_path / "arena" / "medium.json").write_text(json.dumps(first))
+    section = claims.report.arena_section(tmp_path)
+    assert "two families on two tasks" in section[2] and "run again" not in "\n".join(section)    # no later sitting
+    later = {"runs": [run("deltanet", "mqar", s, 1.0) for s in (0, 1)], "controls": controls("mqar", (1.0, 0.5)),
+             "config": {**cfg, "families": ["deltanet"]}}                        # memorization not reached yet
+    (tmp_path / "arena" / "medium-delta.json").write_text(json.dumps(later))
+    page = claims.render_readme({"claims": []}, notes_dir=tmp_path / "notes")
+    section = page[page.index("## The arena"):]
+    assert "three families on two tasks" in section
+    assert ("DeltaNet (`deltanet`) was run later in its own sitting (`arena/medium-delta.json`, 2 runs and 2 "
+            "control runs: the same protocol") in section
+    assert "| mqar | transformer: 1.000 / 1.000 (0.99) | 1.000 / 0.500: **missed** | deltanet |" in section
+    assert ("| memorization | transformer: 1.000 / 1.000 (0.99) | not run yet | pending: not every family has 2 seeds "
+            "yet |") in section
+    assert "| deltanet | 1.000 ± 0.000 (0.001) | — |" in section
+    later["config"]["steps"] = 80
+    (tmp_path / "arena" / "medium-delta.json").write_text(json.dumps(later))
+    with pytest.raises(ValueError, match="^steps: "):
+        claims.render_readme({"claims": []}, notes_dir=tmp_path / "notes")
