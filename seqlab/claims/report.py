@@ -233,18 +233,14 @@ def _count(n: int) -> str:
 
 
 def _later_sitting(data: dict) -> str:
-    """The sentence that says which families the later sitting added, where it is recorded and how it was run."""
+    """The sentence that says which families the later sitting added and where it is recorded."""
     families = data["delta_families"]
     names = " and ".join(f"{FAMILY_NAMES.get(f, f)} (`{f}`)" for f in families)
     were, their = ("were", "their") if len(families) > 1 else ("was", "its")
-    listed = "[" + ",".join(f"'{f}'" for f in families) + "]"
     runs = sum(r["family"] in families for r in data["runs"])
     return (f"{names} {were} run later in {their} own sitting (`arena/medium-delta.json`, {runs} runs and "
             f"{len(data['delta_controls'])} control runs: the same protocol, the positive controls run again and "
-            "shown beside the first ones, whose verdicts stand), by "
-            f"`python -m seqlab experiment arena profile=medium \"families={listed}\" "
-            f"\"length_sweep_families={listed}\" workers=1 checkpoint_dir=results/.runs/arena-delta "
-            "out=results/arena/medium-delta.json`.")
+            "shown beside the first ones, whose verdicts stand; its command is in `arena/README.md`).")
 
 
 def _replication(again: dict) -> str:
